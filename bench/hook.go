@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func init() { sections = append(sections, section{"hook", benchHook}) }
+
+// benchHook times oomguard-hook on a real OCI state and bundle, with the
+// shipped configuration, against /bin/true fed the same stdin.
+func benchHook(n int) (bool, error) {
+	hook, err := filepath.Abs("bin/oomguard-hook")
+	if err != nil {
+		return false, err
+	}
+	if _, err := os.Stat(hook); err != nil {
+		return false, fmt.Errorf("%s is missing: run make build", hook)
+	}
+	dir, err := os.MkdirTemp("", "oomguard-bench")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(dir)
+
+	shipped, err := os.ReadFile("deploy/config.toml")
+	if err != nil {
+		return false, err
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	logFile := filepath.Join(dir, "hook.log")
+	conf := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		return false, err
+	}
+	victim := exec.Command("sleep", "600")
+	if err := victim.Start(); err != nil {
+		return false, err
+	}
+	defer func() { victim.Process.Kill(); victim.Wait() }()
+
+	sp := specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/sbin/init"}},
+		Annotations: map[string]string{"io.kubernetes.cri.sandbox-namespace": "ml", "io.kubernetes.cri.container-name": "main"}}
+	data, _ := json.Marshal(sp)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		return false, err
+	}
+	state, _ := json.Marshal(specs.State{Version: specs.Version, ID: "bench", Status: specs.StateCreating, Pid: victim.Process.Pid, Bundle: dir})
+
+	withStdin := func(path string, args ...string) func() *exec.Cmd {
+		return func() *exec.Cmd {
+			c := exec.Command(path, args...)
+			c.Stdin = strings.NewReader(string(state))
+			return c
+		}
+	}
+	floor, err := floorBinary(dir)
+	if err != nil {
+		return false, err
+	}
+	times, err := timeCommands(n, withStdin("/bin/true"), withStdin(floor), withStdin(hook, "--config", cfg))
+	if err != nil {
+		return false, err
+	}
+	if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), "rule=init-as-pid1") {
+		return false, fmt.Errorf("the hook did not decide as expected; its log:\n%s", log)
+	}
+	base, goFloor, med := quantile(times[0], .5), quantile(times[1], .5), quantile(times[2], .5)
+	ratio := float64(med) / float64(base)
+	fmt.Printf("oomguard-hook: wall time per invocation, %d runs each, interleaved\n", n)
+	printTimes([]string{"/bin/true (same stdin)", "empty Go program (same flags)", "oomguard-hook (shipped config)"}, times)
+	fmt.Printf("  ratio to /bin/true: %.2f× (goal ≤ 3×): %s\n", ratio, verdict(ratio <= 3))
+	fmt.Printf("  median: %s (goal ≤ 3 ms): %s; an empty Go program takes %s here, %.2f× /bin/true\n",
+		ms(med), verdict(med <= 3*time.Millisecond), ms(goFloor), float64(goFloor)/float64(base))
+	return ratio <= 3 && med <= 3*time.Millisecond, nil
+}

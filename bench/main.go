@@ -1,0 +1,109 @@
+// Command bench measures oomguard's programs against a baseline run the same
+// way in the same run, and prints one table per program with the goal and
+// whether it was met. Run it with `make bench` (binaries in bin/).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+type section struct {
+	name string
+	run  func(n int) (ok bool, err error)
+}
+
+var sections []section
+
+func main() {
+	only := flag.String("only", "", "run only these sections (comma-separated)")
+	n := flag.Int("n", 400, "invocations per command")
+	flag.Parse()
+	failed := false
+	var missed []string
+	for _, s := range sections {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
+			continue
+		}
+		ok, err := s.run(*n)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", s.name, err)
+			failed = true
+			continue
+		}
+		if !ok {
+			missed = append(missed, s.name)
+		}
+		fmt.Println()
+	}
+	if len(missed) > 0 {
+		// Goals are reported, not enforced: the machines are shared and noisy.
+		fmt.Printf("goals missed: %s\n", strings.Join(missed, ", "))
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// timeCommands runs every command n times, interleaved so that machine noise
+// falls on all of them alike, and returns the wall times of each.
+func timeCommands(n int, cmds ...func() *exec.Cmd) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(cmds))
+	for i := 0; i < n; i++ {
+		for j, mk := range cmds {
+			c := mk()
+			start := time.Now()
+			if b, err := c.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("%s: %v: %s", c.Path, err, b)
+			}
+			out[j] = append(out[j], time.Since(start))
+		}
+	}
+	return out, nil
+}
+
+// floorBinary builds a static println-only Go program with the same flags as
+// oomguard's binaries: the least any Go program costs on this machine.
+func floorBinary(dir string) (string, error) {
+	src := filepath.Join(dir, "floor.go")
+	if err := os.WriteFile(src, []byte("package main\n\nfunc main() { println() }\n"), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "floor")
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", bin, src)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the Go floor program: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// printTimes prints a table of median, p90 and p99 for each named series.
+func printTimes(names []string, times [][]time.Duration) {
+	fmt.Printf("  %-34s %10s %10s %10s\n", "command", "median", "p90", "p99")
+	for i, name := range names {
+		fmt.Printf("  %-34s %10s %10s %10s\n", name, ms(quantile(times[i], .5)), ms(quantile(times[i], .9)), ms(quantile(times[i], .99)))
+	}
+}

@@ -1,0 +1,226 @@
+// Package config is the one configuration every oomguard program reads: a TOML
+// file of global settings and ordered rules, and the policy that turns a
+// container's facts into the oom_score_adj and memory.oom.group it must get.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPath is read when neither a flag nor EnvPath names a file.
+const DefaultPath = "/etc/oomguard/config.toml"
+
+// EnvPath names the environment variable that overrides DefaultPath.
+const EnvPath = "OOMGUARD_CONFIG"
+
+// Config is the whole file.
+type Config struct {
+	// Strict makes programs fail closed: an error stops the container instead
+	// of letting it start unadjusted.
+	Strict      bool        `toml:"strict"`
+	Log         Log         `toml:"log"`
+	Annotations Annotations `toml:"annotations"`
+	NRI         NRI         `toml:"nri"`
+	Rules       []Rule      `toml:"rule"`
+}
+
+// Log says where and how programs log.
+type Log struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // text or json
+	// File is where oomguard-hook logs, since runtimes show a hook's output
+	// only when it fails: a path, "syslog", or "stderr".
+	File string `toml:"file"`
+}
+
+// Annotations is the policy for pod annotations that override rules.
+type Annotations struct {
+	// Enabled lets oomguard.io annotations override the rule's values.
+	Enabled bool `toml:"enabled"`
+	// MinOOMScoreAdj is the lowest oom_score_adj an annotation from an
+	// untrusted namespace may ask for.
+	MinOOMScoreAdj int `toml:"min_oom_score_adj"`
+	// TrustedNamespaces (globs) may ask for any value, lower than the rule too.
+	TrustedNamespaces []string `toml:"trusted_namespaces"`
+
+	trusted []*regexp.Regexp
+}
+
+// NRI holds the settings of oomguard-nri.
+type NRI struct {
+	// Socket is the runtime's NRI socket, used when not launched by the runtime.
+	Socket string `toml:"socket"`
+	// PluginName and PluginIndex register the plugin (index orders plugins).
+	PluginName  string `toml:"plugin_name"`
+	PluginIndex string `toml:"plugin_index"`
+	// VerifyInterval is how often guarded containers are re-read and corrected; 0 disables.
+	VerifyInterval Duration `toml:"verify_interval"`
+	// MetricsAddress serves /metrics and /healthz when set, e.g. "127.0.0.1:9464".
+	MetricsAddress string `toml:"metrics_address"`
+}
+
+// Duration is a time.Duration written as "60s" in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration like \"60s\" or \"5m\"", string(b))
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Rule selects containers and says what they must get. Nil values leave the
+// runtime's setting alone; a rule that sets nothing excludes what it matches.
+type Rule struct {
+	Name        string `toml:"name"`
+	OOMScoreAdj *int   `toml:"oom_score_adj"`
+	OOMGroup    *bool  `toml:"oom_group"`
+	Match       Match  `toml:"match"`
+}
+
+// Match is a rule's selector: every field that is set must match, and within
+// a list any entry may. An empty Match matches every container.
+type Match struct {
+	Namespaces      []string          `toml:"namespaces"`       // globs
+	PodLabels       map[string]string `toml:"pod_labels"`       // key → value glob
+	Annotations     map[string]string `toml:"annotations"`      // key → value glob, pod or container
+	RuntimeHandlers []string          `toml:"runtime_handlers"` // globs, e.g. "sysbox-runc"
+	Containers      []string          `toml:"containers"`       // container name globs
+	Images          []string          `toml:"images"`           // image reference globs
+	Command         string            `toml:"command"`          // Go regexp searched in args[0]
+	QoS             []string          `toml:"qos"`              // guaranteed, burstable, besteffort
+
+	m compiled
+}
+
+// Default is the configuration used when no file exists.
+func Default() *Config {
+	return &Config{
+		Log:         Log{Level: "info", Format: "text", File: "/var/log/oomguard-hook.log"},
+		Annotations: Annotations{Enabled: true, MinOOMScoreAdj: 0},
+		NRI: NRI{
+			Socket:         "/var/run/nri/nri.sock",
+			PluginName:     "oomguard",
+			PluginIndex:    "10",
+			VerifyInterval: Duration{60 * time.Second},
+		},
+	}
+}
+
+// Path picks the config file: the flag's value, else $OOMGUARD_CONFIG, else DefaultPath.
+func Path(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv(EnvPath); v != "" {
+		return v
+	}
+	return DefaultPath
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a TOML document over Default().
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("invalid TOML: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = fmt.Sprintf("%q", k.String())
+		}
+		return nil, fmt.Errorf("unknown key %s: check the spelling against the configuration reference in README.md", strings.Join(keys, ", "))
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate checks every value and compiles the rules' patterns. It reports
+// all problems at once, one per line.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level %q: want one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		add("log.format %q: want text or json", c.Log.Format)
+	}
+	if !inScoreRange(c.Annotations.MinOOMScoreAdj) {
+		add("annotations.min_oom_score_adj %d: want a value from -1000 to 1000", c.Annotations.MinOOMScoreAdj)
+	}
+	c.Annotations.trusted = nil
+	for _, g := range c.Annotations.TrustedNamespaces {
+		re, err := compileGlob(g)
+		if err != nil {
+			add("annotations.trusted_namespaces: %v", err)
+			continue
+		}
+		c.Annotations.trusted = append(c.Annotations.trusted, re)
+	}
+	if c.NRI.VerifyInterval.Duration < 0 {
+		add("nri.verify_interval %s: want 0 (off) or a positive duration", c.NRI.VerifyInterval)
+	}
+
+	seen := map[string]int{}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		where := fmt.Sprintf("rule #%d", i+1)
+		if r.Name == "" {
+			add("%s has no name: add name = \"...\" (decisions are logged by rule name)", where)
+		} else {
+			where = fmt.Sprintf("rule #%d %q", i+1, r.Name)
+			if j, dup := seen[r.Name]; dup {
+				add("%s: the name is already used by rule #%d; rule names must be unique", where, j)
+			}
+			seen[r.Name] = i + 1
+		}
+		if r.OOMScoreAdj != nil && !inScoreRange(*r.OOMScoreAdj) {
+			add("%s: oom_score_adj %d: want a value from -1000 to 1000", where, *r.OOMScoreAdj)
+		}
+		if err := r.Match.compile(); err != nil {
+			add("%s: %v", where, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func inScoreRange(v int) bool { return v >= -1000 && v <= 1000 }

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Strict || c.Log.Level != "info" || c.Log.Format != "text" || !c.Annotations.Enabled ||
+		c.NRI.VerifyInterval.Duration != time.Minute || len(c.Rules) != 0 {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestShippedConfig(t *testing.T) {
+	c, err := Load(filepath.Join("..", "deploy", "config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		facts Facts
+		rule  string
+	}{
+		{"systemd", Facts{Namespace: "ml", Args: []string{"/lib/systemd/systemd"}}, "init-as-pid1"},
+		{"sbin init", Facts{Namespace: "ml", Args: []string{"/sbin/init"}}, "init-as-pid1"},
+		{"bare init", Facts{Args: []string{"init"}}, "init-as-pid1"},
+		{"sysbox", Facts{Namespace: "ml", RuntimeHandler: "sysbox-runc", Args: []string{"/bin/bash"}}, "sysbox"},
+		{"kube-system init", Facts{Namespace: "kube-system", Args: []string{"/sbin/init"}}, "system"},
+		{"python", Facts{Namespace: "ml", Args: []string{"/usr/bin/python3"}}, ""},
+		{"initdb is not init", Facts{Args: []string{"/usr/bin/initdb"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := c.Decide(&tc.facts)
+			if d.Rule != tc.rule {
+				t.Fatalf("rule = %q, want %q", d.Rule, tc.rule)
+			}
+			if tc.rule == "init-as-pid1" || tc.rule == "sysbox" {
+				if d.OOMScoreAdj == nil || *d.OOMScoreAdj != 900 || d.OOMGroup == nil || *d.OOMGroup {
+					t.Fatalf("want 900 and group off, got %s", describe(d))
+				}
+			} else if d.Changes() {
+				t.Fatalf("want no change, got %s", describe(d))
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml string
+		want       []string // every substring must appear
+	}{
+		{"malformed", "strict = \n", []string{"invalid TOML at line 1"}},
+		{"wrong type", "strict = \"yes\"", []string{"invalid TOML"}},
+		{"unknown top key", "strickt = true", []string{`unknown key "strickt"`}},
+		{"unknown match key", "[[rule]]\nname='a'\n[rule.match]\ncomand='x'", []string{`unknown key "rule.match.comand"`}},
+		{"log level", "[log]\nlevel='loud'", []string{`log.level "loud"`}},
+		{"log format", "[log]\nformat='xml'", []string{`log.format "xml"`}},
+		{"min out of range", "[annotations]\nmin_oom_score_adj=-1001", []string{"min_oom_score_adj -1001"}},
+		{"bad trusted glob", "[annotations]\ntrusted_namespaces=['kube-[']", []string{"unterminated '['"}},
+		{"bad duration", "[nri]\nverify_interval='soon'", []string{`"soon" is not a duration`}},
+		{"negative duration", "[nri]\nverify_interval='-5s'", []string{"nri.verify_interval -5s"}},
+		{"no name", "[[rule]]\noom_score_adj=1", []string{"rule #1 has no name"}},
+		{"duplicate", "[[rule]]\nname='a'\n[[rule]]\nname='a'", []string{`rule #2 "a": the name is already used by rule #1`}},
+		{"score high", "[[rule]]\nname='a'\noom_score_adj=1001", []string{`rule #1 "a": oom_score_adj 1001`}},
+		{"score low", "[[rule]]\nname='a'\noom_score_adj=-1001", []string{"oom_score_adj -1001"}},
+		{"bad regex", "[[rule]]\nname='a'\n[rule.match]\ncommand='(systemd'", []string{"match.command \"(systemd\" is not a valid regular expression"}},
+		{"bad glob", "[[rule]]\nname='a'\n[rule.match]\nimages=['x[']", []string{"match.images", "unterminated"}},
+		{"bad label glob", "[[rule]]\nname='a'\n[rule.match]\npod_labels={app='\\'}", []string{`match.pod_labels["app"]`}},
+		{"bad qos", "[[rule]]\nname='a'\n[rule.match]\nqos=['gold']", []string{`match.qos "gold"`}},
+		{"all at once", "[log]\nlevel='x'\n[[rule]]\noom_score_adj=5000", []string{"log.level", "has no name", "oom_score_adj 5000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.toml))
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadMissingAndUnreadable(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"))
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "nope.toml") {
+		t.Fatalf("want a not-exist error naming the file, got %v", err)
+	}
+	dir := t.TempDir()
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("want an error naming the directory, got %v", err)
+	}
+}
+
+func TestPath(t *testing.T) {
+	t.Setenv(EnvPath, "")
+	if p := Path(""); p != DefaultPath {
+		t.Fatalf("Path = %q", p)
+	}
+	t.Setenv(EnvPath, "/env.toml")
+	if p := Path(""); p != "/env.toml" {
+		t.Fatalf("Path = %q", p)
+	}
+	if p := Path("/flag.toml"); p != "/flag.toml" {
+		t.Fatalf("flag must win, Path = %q", p)
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, tc := range []struct {
+		glob, s string
+		want    bool
+	}{
+		{"*", "", true},
+		{"*", "a/b:c", true},
+		{"registry.example.com/*", "registry.example.com/ml/base:v1", true},
+		{"registry.example.com/*", "registry.example.org/ml", false},
+		{"kube-?", "kube-a", true},
+		{"kube-?", "kube-ab", false},
+		{"team-[ab]", "team-b", true},
+		{"team-[!ab]", "team-b", false},
+		{"team-[!ab]", "team-c", true},
+		{"a.b", "axb", false},
+		{`a\*`, "a*", true},
+		{`a\*`, "ab", false},
+		{"[]]x", "]x", true},
+	} {
+		re, err := compileGlob(tc.glob)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.glob, err)
+		}
+		if got := re.MatchString(tc.s); got != tc.want {
+			t.Errorf("glob %q on %q = %v, want %v", tc.glob, tc.s, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"[", "a[b", `x\`, "[!]"} {
+		if _, err := compileGlob(bad); err == nil {
+			t.Errorf("glob %q: want an error", bad)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+// Package logging builds the slog logger every oomguard program uses from
+// the [log] section of the configuration.
+package logging
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/oomguard/oomguard/config"
+)
+
+// New returns a logger writing to w at the configured level and format.
+func New(l config.Log, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level(l.Level)}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Open is New for programs that log to l.File: a path (appended to, its
+// directory created), "syslog", or "stderr"/"" for the fallback writer.
+// When the destination cannot be opened it logs to fallback and says why.
+func Open(l config.Log, tag string, fallback io.Writer) (*slog.Logger, io.Closer, error) {
+	var (
+		w   io.WriteCloser
+		err error
+	)
+	switch l.File {
+	case "", "stderr":
+		return New(l, fallback), io.NopCloser(nil), nil
+	case "syslog":
+		w, err = dialSyslog(tag, syslogSockets)
+	default:
+		if err = os.MkdirAll(filepath.Dir(l.File), 0o755); err == nil {
+			w, err = os.OpenFile(l.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		}
+	}
+	if err != nil {
+		return New(l, fallback), io.NopCloser(nil), fmt.Errorf("open log %q (logging to stderr instead): %w", l.File, err)
+	}
+	return New(l, w), w, nil
+}
+
+func level(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}

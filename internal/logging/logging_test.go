@@ -1,0 +1,67 @@
+package logging
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/oomguard/oomguard/config"
+)
+
+func TestOpenFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sub", "hook.log")
+	log, c, err := Open(config.Log{Level: "warn", Format: "json", File: p}, "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hidden")
+	log.Warn("shown", "k", 1)
+	c.Close()
+	b, _ := os.ReadFile(p)
+	if strings.Contains(string(b), "hidden") || !strings.Contains(string(b), `"msg":"shown","k":1`) {
+		t.Fatalf("log file: %s", b)
+	}
+}
+
+func TestOpenFallsBack(t *testing.T) {
+	var buf bytes.Buffer
+	log, c, err := Open(config.Log{Level: "info", Format: "text", File: "/proc/no/such/dir/x.log"}, "t", &buf)
+	defer c.Close()
+	if err == nil || !strings.Contains(err.Error(), "/proc/no/such/dir/x.log") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+	log.Info("still logged")
+	if !strings.Contains(buf.String(), "still logged") {
+		t.Fatalf("fallback got %q", buf.String())
+	}
+}
+
+func TestSyslog(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "log")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	w, err := dialSyslog("oomguard-hook", []string{filepath.Join(t.TempDir(), "missing"), sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	New(config.Log{Level: "info", Format: "text"}, w).Info("decision", "rule", "x")
+	buf := make([]byte, 4096)
+	n, err := l.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := string(buf[:n])
+	if !strings.HasPrefix(msg, "<30>") || !strings.Contains(msg, " oomguard-hook[") || !strings.Contains(msg, "msg=decision rule=x") {
+		t.Fatalf("datagram %q", msg)
+	}
+	if _, err := dialSyslog("x", []string{filepath.Join(t.TempDir(), "none")}); err == nil {
+		t.Fatal("want an error when no socket listens")
+	}
+}

@@ -6,7 +6,9 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Static, reproducible binaries: no cgo, no paths, no VCS stamps, no build id.
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w -buildid='
 
-CMDS := oomguard-hook=./hook
+CMDS := oomguard-hook=./hook oomguard-init=./initshim
+# The shim goes into images of either architecture (imagepatch embeds both).
+SHIM_ARCHES := amd64 arm64
 
 .PHONY: all build test e2e bench demo lint deps clean
 
@@ -17,6 +19,9 @@ build:
 	@set -e; for c in $(CMDS); do \
 		name=$${c%%=*}; pkg=$${c#*=}; \
 		$(GOBUILD) -o $(BIN)/$$name $$pkg; echo "built $(BIN)/$$name"; \
+	done
+	@set -e; for a in $(SHIM_ARCHES); do \
+		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(BIN)/oomguard-init-linux-$$a ./initshim; echo "built $(BIN)/oomguard-init-linux-$$a"; \
 	done
 
 # Everything that needs neither root, runc, qemu nor a registry.

@@ -35,7 +35,7 @@ e2e: deps
 bench: deps build
 	$(GO) run ./bench
 
-demo: deps build
+demo: deps
 	$(GO) run ./demo
 
 lint:

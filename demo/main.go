@@ -1,6 +1,6 @@
-// Command demo shows what oomguard changes: the same "VM-like" container,
-// with an init as PID 1, run twice with the real runc — once as the runtime
-// makes it, once with oomguard-hook — and what each process ended up with.
+// Command demo boots a real Linux kernel with cgroup v2 in QEMU and replays
+// the incidents oomguard answers — once without oomguard, once with each of
+// its parts — and says, in plain words, what the kernel killed each time.
 package main
 
 import (
@@ -8,18 +8,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/kernel"
-	"github.com/oomguard/oomguard/internal/runcbundle"
+	"github.com/oomguard/oomguard/internal/vmharness"
 )
 
-// The container's "init" reports what the kernel would weigh it and a child by.
-const initScript = `#!/bin/sh
-echo "pid1=$$ adj=$(cat /proc/self/oom_score_adj)"
-sh -c 'echo "child=$$ adj=$(cat /proc/self/oom_score_adj)"'
-`
+var variantTitles = map[string]string{
+	"without":   "without oomguard",
+	"with-hook": "with oomguard-hook",
+	"with-shim": "with oomguard-init",
+}
 
 func main() {
 	if err := run(); err != nil {
@@ -29,93 +29,92 @@ func main() {
 }
 
 func run() error {
-	if err := runcbundle.Available(); err != nil {
-		return fmt.Errorf("%w (make demo installs what it needs; run it as root)", err)
-	}
-	hook, err := filepath.Abs("bin/oomguard-hook")
+	start := time.Now()
+	repo, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(hook); err != nil {
-		return fmt.Errorf("%s is missing: run make build", hook)
-	}
-	dir, err := os.MkdirTemp("", "oomguard-demo")
+	fmt.Println("oomguard demo: a real Linux kernel with cgroup v2, booted in QEMU, runs each incident")
+	fmt.Println("once as kubelet sets pods up today (Guaranteed: oom_score_adj -997, memory.oom.group 1)")
+	fmt.Println("and once with each part of oomguard. Preparing the kernel and binaries…")
+	ctx := context.Background()
+	env, err := vmharness.NewEnv(ctx, repo, filepath.Join(repo, "build", "vm"))
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (run it as make demo, as root)", err)
 	}
-	defer os.RemoveAll(dir)
-	shipped, err := os.ReadFile("deploy/config.toml")
-	if err != nil {
-		return err
+	failed := 0
+	for i, s := range vmharness.Scenarios() {
+		fmt.Printf("\n%d. %s\n", i+1, s.Title)
+		for _, v := range s.Variants {
+			r, err := env.Boot(ctx, s, v)
+			if err != nil {
+				return err
+			}
+			verdict := "as expected"
+			if cerr := v.Check(r); cerr != nil {
+				verdict = "UNEXPECTED: " + cerr.Error()
+				failed++
+			}
+			fmt.Printf("   %-20s %s\n", variantTitles[v.Name], narrate(r))
+			fmt.Printf("   %-20s (%s, VM ran %.1fs)\n", "", verdict, r.Elapsed.Seconds())
+		}
 	}
-	logFile := filepath.Join(dir, "hook.log")
-	cfg := filepath.Join(dir, "config.toml")
-	conf := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
-		return err
-	}
+	fmt.Printf(`
+In words: without oomguard, one runaway process in a VM-like pod takes its whole
+"machine" with it (memory.oom.group kills PID 1 too), and a runaway that fills the
+node makes the kernel kill sshd, systemd-networkd, containerd and kubelet first,
+because the pod's -997 makes it all but immune. With oomguard-hook the container is
+created with memory.oom.group 0 and oom_score_adj 900: only the runaway dies, in
+both cases. oomguard-init, baked into the image, raises the score from inside, so
+the node's daemons live; the container still dies whole, because only the node
+side (the hook or the NRI plugin) can turn memory.oom.group off.
 
-	fmt.Println("oomguard demo: one container whose PID 1 is an init (like systemd in a VM-like pod),")
-	fmt.Println("run twice with runc: as the runtime makes it, then with oomguard-hook and deploy/config.toml.")
-	fmt.Println()
-	without, err := runOnce(filepath.Join(dir, "without"), "")
-	if err != nil {
-		return err
-	}
-	with, err := runOnce(filepath.Join(dir, "with"), hook, "--config", cfg)
-	if err != nil {
-		return err
-	}
-	mode := kernel.DetectMode("/")
-	group := "absent (cgroup " + mode.String() + ")"
-	if mode == kernel.ModeV2 {
-		group = "see the hook's log"
-	}
-	fmt.Printf("  %-26s %-22s %s\n", "", "without oomguard", "with oomguard-hook")
-	fmt.Printf("  %-26s %-22s %s\n", "PID 1 oom_score_adj", without["pid1"], with["pid1"])
-	fmt.Printf("  %-26s %-22s %s\n", "its child's oom_score_adj", without["child"], with["child"])
-	fmt.Printf("  %-26s %-22s %s\n", "memory.oom.group", group, group)
-	fmt.Println()
-	log, _ := os.ReadFile(logFile)
-	fmt.Println("The hook's log line for the second run:")
-	fmt.Println("  " + strings.TrimSpace(string(log)))
-	fmt.Println()
-	fmt.Printf("Without oomguard, every process in the pod keeps the runtime's score (%s here; kubelet\n", without["pid1"])
-	fmt.Println("gives Guaranteed pods -997), so in a global OOM the kernel kills node daemons at 0 —")
-	fmt.Println("sshd, systemd-networkd, kubelet — before the pod's runaway process.")
-	fmt.Printf("With oomguard, PID 1 and everything it starts run at %s: the runaway dies first.\n", with["pid1"])
-	if mode != kernel.ModeV2 {
-		fmt.Println("This host's memory controller is on cgroup v1, which has no memory.oom.group; on cgroup v2")
-		fmt.Println("the hook also turns it off,")
-		fmt.Println("so a container OOM kills the runaway process, not the whole container.")
+Done in %.0fs.
+`, time.Since(start).Seconds())
+	if failed > 0 {
+		return fmt.Errorf("%d runs did not show what they should", failed)
 	}
 	return nil
 }
 
-func runOnce(dir, hook string, hookArgs ...string) (map[string]string, error) {
-	b, err := runcbundle.New(dir, "/sbin/init")
-	if err != nil {
-		return nil, err
+// narrate says what the kernel killed and who lived, from the run's facts.
+func narrate(r *vmharness.Run) string {
+	killed := uniq(r.KilledComms())
+	var b strings.Builder
+	if len(killed) == 0 {
+		b.WriteString("the kernel killed nothing")
+	} else {
+		b.WriteString("the kernel killed " + strings.Join(killed, ", "))
 	}
-	if err := b.AddFile("/sbin/init", []byte(initScript), 0o755); err != nil {
-		return nil, err
-	}
-	if hook != "" {
-		b.AddHook(hook, hookArgs...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := b.Run(ctx, "oomguard-demo-"+filepath.Base(dir))
-	if err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("runc run: %v, exit %d: %s", err, res.ExitCode, res.Stderr)
-	}
-	got := map[string]string{}
-	for _, line := range strings.Split(res.Stdout, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 {
-			who, _, _ := strings.Cut(f[0], "=")
-			got[who] = strings.TrimPrefix(f[1], "adj=")
+	var dead, alive []string
+	for _, m := range r.Results {
+		switch m["state"] {
+		case "dead":
+			dead = append(dead, m["daemon"])
+		case "alive":
+			alive = append(alive, m["daemon"])
 		}
 	}
-	return got, nil
+	switch {
+	case len(dead) > 0:
+		fmt.Fprintf(&b, "; node daemons lost: %d of %d", len(dead), len(dead)+len(alive))
+	case len(alive) > 0:
+		b.WriteString("; every node daemon lived")
+	}
+	if p := r.Result("pid1"); p != nil {
+		fmt.Fprintf(&b, "; PID 1 and %s services lived", p["services_alive"])
+	} else if slices.Contains(killed, "init") {
+		b.WriteString("; the container's PID 1 died")
+	}
+	return b.String()
+}
+
+func uniq(s []string) []string {
+	var out []string
+	for _, v := range s {
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -125,21 +125,26 @@ type Result struct {
 	ExitCode       int
 }
 
+// Save writes the spec to the bundle's config.json.
+func (b *Bundle) Save() error {
+	data, err := json.MarshalIndent(b.Spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.Dir, "config.json"), data, 0o644)
+}
+
 // Run saves the spec and runs the container to completion with `runc run`,
 // keeping runc's state under the bundle so parallel tests do not collide.
 func (b *Bundle) Run(ctx context.Context, id string) (Result, error) {
-	data, err := json.MarshalIndent(b.Spec, "", "  ")
-	if err != nil {
-		return Result{}, err
-	}
-	if err := os.WriteFile(filepath.Join(b.Dir, "config.json"), data, 0o644); err != nil {
+	if err := b.Save(); err != nil {
 		return Result{}, err
 	}
 	state := filepath.Join(b.Dir, "runc-state")
 	cmd := exec.CommandContext(ctx, "runc", "--root", state, "run", "--bundle", b.Dir, id)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	res := Result{Stdout: stdout.String(), Stderr: stderr.String()}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

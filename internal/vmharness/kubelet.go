@@ -1,0 +1,61 @@
+package vmharness
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/oomguard/oomguard/internal/runcbundle"
+)
+
+// GuaranteedScore is kubelet's oom_score_adj for Guaranteed pods.
+const GuaranteedScore = -997
+
+// AsKubeletGuaranteed gives a bundle what kubelet asks of the runtime for a
+// Guaranteed pod on cgroup v2: score -997 and memory.oom.group = 1, and a
+// memory limit when limit > 0.
+func AsKubeletGuaranteed(b *runcbundle.Bundle, limit int64) {
+	score := GuaranteedScore
+	b.Spec.Process.OOMScoreAdj = &score
+	if b.Spec.Linux.Resources == nil {
+		b.Spec.Linux.Resources = &specs.LinuxResources{}
+	}
+	b.Spec.Linux.Resources.Unified = map[string]string{"memory.oom.group": "1"}
+	if limit > 0 {
+		b.SetMemoryLimit(limit)
+	}
+}
+
+// WithHook runs oomguard-hook with the shipped configuration at createRuntime.
+func WithHook(b *runcbundle.Bundle) { b.AddHook(GuestHook, "--config", GuestConfig) }
+
+// WithShim puts oomguard-init in front of the container's command, as the
+// image patcher does.
+func WithShim(g *Guest, b *runcbundle.Bundle) error {
+	if err := b.CopyFile(g.Bin("oomguard-init"), GuestShim, 0o755); err != nil {
+		return err
+	}
+	b.Spec.Process.Args = append([]string{GuestShim, "--"}, b.Spec.Process.Args...)
+	return nil
+}
+
+// expectKilled fails unless the kernel killed exactly the processes named
+// (in any order; a name may repeat).
+func expectKilled(r *Run, want ...string) error {
+	got := r.KilledComms()
+	if !slices.Equal(sorted(got), sorted(want)) {
+		return fmt.Errorf("the kernel killed %s, want %s", list(got), list(want))
+	}
+	return nil
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "nothing"
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}

@@ -265,3 +265,26 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// ReadMemoryEvents returns the counters of memory.events of cgroup cg
+// (oom, oom_kill, oom_group_kill, …) on cgroup v2.
+func ReadMemoryEvents(root string, mode Mode, cg string) (map[string]uint64, error) {
+	if mode != ModeV2 {
+		return nil, fmt.Errorf("memory.events on cgroup %s host: %w", mode, ErrUnsupported)
+	}
+	b, err := os.ReadFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.events"))
+	if err != nil {
+		return nil, err
+	}
+	ev := map[string]uint64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			ev[k] = n
+		}
+	}
+	return ev, nil
+}

@@ -244,3 +244,20 @@ func TestRealProc(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReadMemoryEvents(t *testing.T) {
+	root := tree(t, map[string]string{
+		"sys/fs/cgroup/cgroup.controllers": "memory",
+		"sys/fs/cgroup/a/memory.events":    "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 1\n",
+	})
+	ev, err := ReadMemoryEvents(root, ModeV2, "/a")
+	if err != nil || ev["oom_kill"] != 2 || ev["oom_group_kill"] != 1 || ev["max"] != 12 {
+		t.Fatalf("events %v, %v", ev, err)
+	}
+	if _, err := ReadMemoryEvents(root, ModeV2, "/gone"); !IsGone(err) {
+		t.Fatalf("vanished: %v", err)
+	}
+	if _, err := ReadMemoryEvents(root, ModeV1, "/a"); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("v1: %v", err)
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/oomguard/oomguard/internal/kernel"
+)
+
+// verifyLoop re-reads every guarded container each interval and corrects
+// drift: a systemd daemon-reload can reset cgroup files, and a process can
+// change its own score.
+func (p *plugin) verifyLoop(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.verifyAll()
+		}
+	}
+}
+
+func (p *plugin) verifyAll() {
+	p.mu.Lock()
+	gs := make([]*guard, 0, len(p.guarded))
+	for _, g := range p.guarded {
+		gs = append(gs, g)
+	}
+	p.mu.Unlock()
+	for _, g := range gs {
+		p.verify(g, "verify")
+	}
+}
+
+// verify corrects one container's group flag and scores, and counts the OOM
+// kills the kernel reports in its cgroup.
+func (p *plugin) verify(g *guard, phase string) {
+	cg, err := p.cgroup(g)
+	if err == nil && p.mode == kernel.ModeV2 {
+		err = p.verifyGroup(g, cg, phase)
+	}
+	if kernel.IsGone(err) {
+		// Not started yet, or gone without a RemoveContainer we saw.
+		p.mu.Lock()
+		if g.missing++; g.missing > 3 {
+			delete(p.guarded, g.id)
+			p.m.guarded.Set(float64(len(p.guarded)))
+		}
+		p.mu.Unlock()
+		return
+	}
+	if err != nil {
+		p.m.errors.WithLabelValues(phase).Inc()
+		p.log.Warn("verifying container failed", "pod", g.namespace+"/"+g.pod, "container", g.name, "err", err)
+	}
+	g.missing = 0
+	if g.score != nil {
+		if n := p.enforceScore(g, phase); n > 0 && phase == "verify" {
+			p.m.drift.WithLabelValues("oom_score_adj").Add(float64(n))
+			p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+		}
+	}
+}
+
+func (p *plugin) verifyGroup(g *guard, cg, phase string) error {
+	if ev, err := kernel.ReadMemoryEvents(p.root, p.mode, cg); err == nil {
+		if k := ev["oom_kill"]; k > g.oomKills {
+			p.m.oomKills.Add(float64(k - g.oomKills))
+			p.log.Warn("OOM kill in guarded container", "pod", g.namespace+"/"+g.pod, "container", g.name, "kills", k-g.oomKills)
+			g.oomKills = k
+		}
+	}
+	if g.group == nil {
+		return nil
+	}
+	cur, err := kernel.ReadOOMGroup(p.root, p.mode, cg)
+	if err != nil || cur == *g.group {
+		return err
+	}
+	if err := kernel.WriteOOMGroup(p.root, p.mode, cg, *g.group); err != nil {
+		return err
+	}
+	p.m.drift.WithLabelValues("oom_group").Inc()
+	p.m.adjustments.WithLabelValues("oom_group", phase).Inc()
+	p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", b01(cur)+"→"+b01(*g.group))
+	return nil
+}

@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,8 +92,12 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func connectPlugin(t *testing.T, dir, cfgText, root string) *testPlugin {
 	return connectPluginAt(t, filepath.Join(dir, "nri.sock"), cfgText, root)

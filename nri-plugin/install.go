@@ -379,4 +379,3 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
-

@@ -159,8 +159,8 @@ func TestInstallContainerd(t *testing.T) {
 	for _, tc := range []struct{ name, config string }{{"1.7", containerd17Config}, {"2.x", containerd2Config}} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, bin := installRoot(t, map[string]string{
-				containerdConfig:              tc.config,
-				"/etc/oomguard/config.toml":   readShipped(t),
+				containerdConfig:               tc.config,
+				"/etc/oomguard/config.toml":    readShipped(t),
 				"/etc/containerd/other.toml.x": "",
 			})
 			args := []string{"install", "--root", root, "--binary", bin}

@@ -19,6 +19,7 @@ var variantTitles = map[string]string{
 	"without":   "without oomguard",
 	"with-hook": "with oomguard-hook",
 	"with-shim": "with oomguard-init",
+	"with-nri":  "with oomguard-nri",
 }
 
 func main() {

@@ -14,69 +14,21 @@ import (
 	"testing"
 	"time"
 
-	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/nriruntime"
 )
 
-// runtimeSide is NRI's real runtime side (pkg/adaptation), started on a
-// temporary socket, holding the containers a runtime would report.
-type runtimeSide struct {
-	t      *testing.T
-	dir    string
-	r      *nri.Adaptation
-	mu     sync.Mutex
-	pods   []*api.PodSandbox
-	ctrs   []*api.Container
-	synced [][]*api.ContainerUpdate
-}
-
-func startRuntime(t *testing.T, dir string, pods []*api.PodSandbox, ctrs []*api.Container) *runtimeSide {
+func startRuntime(t *testing.T, dir string, pods []*api.PodSandbox, ctrs []*api.Container) *nriruntime.Runtime {
 	t.Helper()
-	rs := &runtimeSide{t: t, dir: dir, pods: pods, ctrs: ctrs}
-	rs.start()
-	t.Cleanup(rs.stop)
-	return rs
-}
-
-func (rs *runtimeSide) start() {
-	sync := func(ctx context.Context, cb nri.SyncCB) error {
-		rs.mu.Lock()
-		pods, ctrs := rs.pods, rs.ctrs
-		rs.mu.Unlock()
-		upd, err := cb(ctx, pods, ctrs)
-		rs.mu.Lock()
-		rs.synced = append(rs.synced, upd)
-		rs.mu.Unlock()
-		return err
-	}
-	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
-	r, err := nri.New("containerd", "2.1.4", sync, update,
-		nri.WithPluginPath(filepath.Join(rs.dir, "plugins")),
-		nri.WithPluginConfigPath(filepath.Join(rs.dir, "conf.d")),
-		nri.WithSocketPath(filepath.Join(rs.dir, "nri.sock")))
+	rt, err := nriruntime.Start(dir, pods, ctrs)
 	if err != nil {
-		rs.t.Fatal(err)
+		t.Fatal(err)
 	}
-	if err := r.Start(); err != nil {
-		rs.t.Fatal(err)
-	}
-	rs.r = r
-}
-
-func (rs *runtimeSide) stop() {
-	if rs.r != nil {
-		rs.r.Stop()
-		rs.r = nil
-	}
-}
-
-func (rs *runtimeSide) create(pod *api.PodSandbox, ctr *api.Container) (*api.CreateContainerResponse, error) {
-	b := rs.r.BlockPluginSync()
-	defer b.Unblock()
-	return rs.r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: ctr})
+	t.Cleanup(rt.Stop)
+	return rt
 }
 
 // testPlugin connects our plugin to the runtime side, as the DaemonSet does.
@@ -153,30 +105,6 @@ func nriDir(t *testing.T) string {
 	return dir
 }
 
-// kubeletPod is what kubelet sends for a pod of the given QoS.
-func kubeletPod(id, ns, qos, handler string, ann map[string]string) *api.PodSandbox {
-	parent := map[string]string{
-		"guaranteed": "kubepods-pod" + id + ".slice",
-		"burstable":  "kubepods-burstable-pod" + id + ".slice",
-		"besteffort": "kubepods-besteffort-pod" + id + ".slice",
-	}[qos]
-	return &api.PodSandbox{Id: "pod-" + id, Name: "pod-" + id, Uid: id, Namespace: ns, RuntimeHandler: handler,
-		Annotations: ann, Labels: map[string]string{"app": "x"}, Linux: &api.LinuxPodSandbox{CgroupParent: parent}}
-}
-
-// kubeletContainer is a container as kubelet asks for it on cgroup v2.
-func kubeletContainer(pod *api.PodSandbox, name string, score int, args ...string) *api.Container {
-	return &api.Container{
-		Id: pod.Id + "-" + name, PodSandboxId: pod.Id, Name: name, Args: args,
-		State: api.ContainerState_CONTAINER_RUNNING,
-		Linux: &api.LinuxContainer{
-			OomScoreAdj: &api.OptionalInt{Value: int64(score)},
-			CgroupsPath: pod.Linux.CgroupParent + ":cri-containerd:" + pod.Id + "-" + name,
-			Resources:   &api.LinuxResources{Unified: map[string]string{"memory.oom.group": "1"}},
-		},
-	}
-}
-
 func adjusted(rsp *api.CreateContainerResponse) (score string, group string) {
 	score, group = "untouched", "untouched"
 	lin := rsp.GetAdjust().GetLinux()
@@ -203,17 +131,17 @@ func TestCreateContainer(t *testing.T) {
 		wantGroup    string
 		wantRejected string
 	}{
-		{"guaranteed systemd", kubeletPod("1", "ml", "guaranteed", "runc", nil), -997, []string{"/lib/systemd/systemd"}, "900", "0", ""},
-		{"besteffort app", kubeletPod("2", "ml", "besteffort", "runc", nil), 1000, []string{"/app"}, "untouched", "untouched", ""},
-		{"sysbox", kubeletPod("3", "ml", "burstable", "sysbox-runc", nil), 500, []string{"/bin/bash"}, "900", "0", ""},
-		{"kube-system init", kubeletPod("4", "kube-system", "guaranteed", "runc", nil), -997, []string{"/sbin/init"}, "untouched", "untouched", ""},
-		{"hostile immunity", kubeletPod("5", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": "-1000"}), -997, []string{"/sbin/init"}, "900", "0", "below 900"},
-		{"hostile garbage", kubeletPod("6", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": strings.Repeat("9", 4096)}), -997, []string{"/sbin/init"}, "900", "0", "not an integer"},
-		{"hostile group", kubeletPod("7", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-group": "yes please"}), -997, []string{"/sbin/init"}, "900", "0", "not a boolean"},
-		{"annotation raises", kubeletPod("8", "ml", "guaranteed", "runc", map[string]string{"oom-score-adj.oomguard.io/container.main": "990"}), -997, []string{"/sbin/init"}, "990", "0", ""},
+		{"guaranteed systemd", nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil), -997, []string{"/lib/systemd/systemd"}, "900", "0", ""},
+		{"besteffort app", nriruntime.KubeletPod("2", "ml", "besteffort", "runc", nil), 1000, []string{"/app"}, "untouched", "untouched", ""},
+		{"sysbox", nriruntime.KubeletPod("3", "ml", "burstable", "sysbox-runc", nil), 500, []string{"/bin/bash"}, "900", "0", ""},
+		{"kube-system init", nriruntime.KubeletPod("4", "kube-system", "guaranteed", "runc", nil), -997, []string{"/sbin/init"}, "untouched", "untouched", ""},
+		{"hostile immunity", nriruntime.KubeletPod("5", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": "-1000"}), -997, []string{"/sbin/init"}, "900", "0", "below 900"},
+		{"hostile garbage", nriruntime.KubeletPod("6", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": strings.Repeat("9", 4096)}), -997, []string{"/sbin/init"}, "900", "0", "not an integer"},
+		{"hostile group", nriruntime.KubeletPod("7", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-group": "yes please"}), -997, []string{"/sbin/init"}, "900", "0", "not a boolean"},
+		{"annotation raises", nriruntime.KubeletPod("8", "ml", "guaranteed", "runc", map[string]string{"oom-score-adj.oomguard.io/container.main": "990"}), -997, []string{"/sbin/init"}, "990", "0", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rsp, err := rs.create(tc.pod, kubeletContainer(tc.pod, "main", tc.score, tc.args...))
+			rsp, err := rs.Create(tc.pod, nriruntime.KubeletContainer(tc.pod, "main", tc.score, tc.args...))
 			if err != nil {
 				t.Fatalf("the container must be created: %v", err)
 			}
@@ -236,18 +164,15 @@ func TestUpdateContainerKeepsGroupOff(t *testing.T) {
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
 	connectPlugin(t, dir, readShipped(t), t.TempDir())
-	pod := kubeletPod("1", "ml", "guaranteed", "runc", nil)
-	ctr := kubeletContainer(pod, "main", -997, "/sbin/init")
-	if _, err := rs.create(pod, ctr); err != nil {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	if _, err := rs.Create(pod, ctr); err != nil {
 		t.Fatal(err)
 	}
 	// A resize, as kubelet sends it: new limits and memory.oom.group = 1 again.
 	limit := int64(2 << 30)
-	b := rs.r.BlockPluginSync()
-	rsp, err := rs.r.UpdateContainer(context.Background(), &api.UpdateContainerRequest{Pod: pod, Container: ctr,
-		LinuxResources: &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: limit}},
-			Unified: map[string]string{"memory.oom.group": "1"}}})
-	b.Unblock()
+	rsp, err := rs.Update(pod, ctr, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: limit}},
+		Unified: map[string]string{"memory.oom.group": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +187,11 @@ func TestUpdateContainerKeepsGroupOff(t *testing.T) {
 		t.Fatalf("update for the container: %v", res)
 	}
 	// An unguarded container's resize is not touched.
-	other := kubeletContainer(pod, "sidecar", -997, "/app")
-	if _, err := rs.create(pod, other); err != nil {
+	other := nriruntime.KubeletContainer(pod, "sidecar", -997, "/app")
+	if _, err := rs.Create(pod, other); err != nil {
 		t.Fatal(err)
 	}
-	b = rs.r.BlockPluginSync()
-	rsp, err = rs.r.UpdateContainer(context.Background(), &api.UpdateContainerRequest{Pod: pod, Container: other,
-		LinuxResources: &api.LinuxResources{Unified: map[string]string{"memory.oom.group": "1"}}})
-	b.Unblock()
+	rsp, err = rs.Update(pod, other, &api.LinuxResources{Unified: map[string]string{"memory.oom.group": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,21 +234,19 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	var pods []*api.PodSandbox
 	var ctrs []*api.Container
 	for i := range 3 {
-		pod := kubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
+		pod := nriruntime.KubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
 		pods = append(pods, pod)
 		args := "/sbin/init"
 		if i == 2 {
 			args = "/app" // not guarded
 		}
-		ctrs = append(ctrs, kubeletContainer(pod, "main", -997, args))
+		ctrs = append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, args))
 	}
 	root := fixtureNode(t, ctrs, 3)
 	rs := startRuntime(t, dir, pods, ctrs)
 	tp := connectPlugin(t, dir, readShipped(t), root)
 
-	rs.mu.Lock()
-	updates := rs.synced[len(rs.synced)-1]
-	rs.mu.Unlock()
+	updates := rs.LastSync()
 	if len(updates) != 2 {
 		t.Fatalf("want memory.oom.group updates for the 2 guarded containers, got %v", updates)
 	}
@@ -424,13 +344,15 @@ func TestReconnectsWhenRuntimeRestarts(t *testing.T) {
 	rs := startRuntime(t, dir, nil, nil)
 	proxy := newSocketProxy(t, filepath.Join(dir, "proxy.sock"), filepath.Join(dir, "nri.sock"))
 	tp := connectPluginAt(t, filepath.Join(dir, "proxy.sock"), readShipped(t), t.TempDir())
-	rs.stop()
+	rs.Stop()
 	proxy.cut()
 	tp.waitConnected(t, false)
-	rs.start()
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	tp.waitConnected(t, true)
-	pod := kubeletPod("1", "ml", "guaranteed", "runc", nil)
-	rsp, err := rs.create(pod, kubeletContainer(pod, "main", -997, "/sbin/init"))
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	rsp, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,12 +372,12 @@ func TestManyContainersConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pod := kubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
+			pod := nriruntime.KubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
 			args := "/sbin/init"
 			if i%2 == 1 {
 				args = "/app"
 			}
-			rsp, err := rs.create(pod, kubeletContainer(pod, "main", -997, args))
+			rsp, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, args))
 			if err != nil {
 				errs <- err
 				return

@@ -58,7 +58,7 @@ const (
 // Env is what every boot needs: a kernel and the binaries, built once.
 type Env struct {
 	Kernel  string
-	BinDir  string // oomguard-hook, oomguard-init, guest
+	BinDir  string // oomguard-hook, oomguard-init, oomguard-nri, guest
 	RepoDir string
 	WorkDir string
 	Timeout time.Duration
@@ -77,7 +77,7 @@ func NewEnv(ctx context.Context, repoDir, buildDir string) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Kernel: k, BinDir: filepath.Join(buildDir, "bin"), RepoDir: repoDir, WorkDir: filepath.Join(buildDir, "work"), Timeout: 3 * time.Minute}
-	for name, pkg := range map[string]string{"oomguard-hook": "./hook", "oomguard-init": "./initshim", "guest": "./internal/vmharness/guest"} {
+	for name, pkg := range map[string]string{"oomguard-hook": "./hook", "oomguard-init": "./initshim", "oomguard-nri": "./nri-plugin", "guest": "./internal/vmharness/guest"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(e.BinDir, name), pkg)
 		cmd.Dir = repoDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")

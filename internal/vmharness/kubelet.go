@@ -2,11 +2,14 @@ package vmharness
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/oomguard/oomguard/internal/nriruntime"
 	"github.com/oomguard/oomguard/internal/runcbundle"
 )
 
@@ -58,4 +61,32 @@ func list(s []string) string {
 		return "nothing"
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// WithNRI gives the bundle the spec containerd would create with oomguard-nri
+// connected: the kubelet request goes through NRI's runtime side to the real
+// plugin binary, and its adjustment is applied with NRI's spec generator.
+func WithNRI(g *Guest, b *runcbundle.Bundle) error {
+	dir, err := os.MkdirTemp("", "oomguard-vm-nri-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rt, err := nriruntime.Start(dir, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer rt.Stop()
+	plugin, err := rt.StartPlugin(g.Bin("oomguard-nri"), "--config", filepath.Join(g.env.RepoDir, "deploy", "config.toml"))
+	if err != nil {
+		return err
+	}
+	defer func() { plugin.Process.Kill(); plugin.Wait() }()
+	pod := nriruntime.KubeletPod("vm", "default", "guaranteed", "runc", nil)
+	ctr := nriruntime.KubeletContainer(pod, "main", GuaranteedScore, b.Spec.Process.Args...)
+	rsp, err := rt.Create(pod, ctr)
+	if err != nil {
+		return fmt.Errorf("CreateContainer through NRI: %w", err)
+	}
+	return nriruntime.ApplyAdjustment(b.Spec, rsp.GetAdjust())
 }

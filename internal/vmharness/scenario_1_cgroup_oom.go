@@ -19,7 +19,7 @@ echo "@@RESULT pid1=alive services_alive=$alive runaway_exit=$rc"
 `
 
 func init() {
-	setup := func(hook bool) func(g *Guest) error {
+	setup := func(fix string) func(g *Guest) error {
 		return func(g *Guest) error {
 			b, err := g.Bundle("pod", "/sbin/init")
 			if err != nil {
@@ -29,8 +29,11 @@ func init() {
 				return err
 			}
 			AsKubeletGuaranteed(b, 48<<20)
-			if hook {
+			switch fix {
+			case "hook":
 				WithHook(b)
+			case "nri":
+				return WithNRI(g, b)
 			}
 			return nil
 		}
@@ -43,7 +46,7 @@ func init() {
 report
 `,
 		Variants: []Variant{
-			{Name: "without", Setup: setup(false), Check: func(r *Run) error {
+			{Name: "without", Setup: setup(""), Check: func(r *Run) error {
 				if r.Result("pid1") != nil {
 					return errors.New("the container's init survived: memory.oom.group = 1 should have killed it with the runaway")
 				}
@@ -58,13 +61,16 @@ report
 				}
 				return nil
 			}},
-			{Name: "with-hook", Setup: setup(true), Check: func(r *Run) error {
-				got := r.Result("pid1")
-				if got == nil || got["services_alive"] != "2" {
-					return fmt.Errorf("init and both services should live; init reported %v", got)
-				}
-				return expectKilled(r, "tail")
-			}},
+			{Name: "with-hook", Setup: setup("hook"), Check: onlyRunawayDied},
+			{Name: "with-nri", Setup: setup("nri"), Check: onlyRunawayDied},
 		},
 	})
+}
+
+func onlyRunawayDied(r *Run) error {
+	got := r.Result("pid1")
+	if got == nil || got["services_alive"] != "2" {
+		return fmt.Errorf("init and both services should live; init reported %v", got)
+	}
+	return expectKilled(r, "tail")
 }

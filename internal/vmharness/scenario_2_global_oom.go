@@ -40,6 +40,8 @@ func init() {
 				WithHook(b)
 			case "shim":
 				return WithShim(g, b)
+			case "nri":
+				return WithNRI(g, b)
 			}
 			return nil
 		}
@@ -79,6 +81,7 @@ report
 			}},
 			{Name: "with-hook", Setup: setup("hook"), Check: protected},
 			{Name: "with-shim", Setup: setup("shim"), Check: protected},
+			{Name: "with-nri", Setup: setup("nri"), Check: protected},
 		},
 	})
 }

@@ -48,6 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "configuration file (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
 	socket := fs.String("socket", "", "NRI socket (default: the config's nri.socket)")
 	root := fs.String("root", "/", "host filesystem root holding /proc and /sys")
+	metricsAddr := fs.String("metrics-address", "", "serve /metrics and /healthz here (default: the config's nri.metrics_address)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -62,6 +63,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *socket != "" {
 		cfg.NRI.Socket = *socket
+	}
+	if *metricsAddr != "" {
+		cfg.NRI.MetricsAddress = *metricsAddr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -84,7 +88,7 @@ const usage = `oomguard-nri: NRI plugin that sets oom_score_adj and memory.oom.g
 oomguard policy when containerd or CRI-O creates a container.
 
 Usage:
-  oomguard-nri [--config FILE] [--socket PATH] [--root DIR]
+  oomguard-nri [--config FILE] [--socket PATH] [--root DIR] [--metrics-address ADDR]
       Run. Launched by the runtime from /opt/nri/plugins it uses the runtime's
       connection; otherwise it connects to the NRI socket and reconnects when the
       runtime restarts.

@@ -279,17 +279,17 @@ func newGuard(pod *api.PodSandbox, ctr *api.Container, dec config.Decision) *gua
 	}
 }
 
-// cgroup finds the container's cgroup: from its pid when it runs, else from its spec.
+// cgroup finds the container's cgroup: from its spec, which names it as the
+// host sees it, else from its pid (whose /proc/PID/cgroup a cgroup namespace
+// may show relative).
 func (p *plugin) cgroup(g *guard) (string, error) {
+	if g.cgroupsPath != "" {
+		return kernel.ResolveCgroupsPath(g.cgroupsPath)
+	}
 	if g.pid != 0 {
-		if cg, err := kernel.ProcCgroup(p.root, p.mode, int(g.pid)); err == nil {
-			return cg, nil
-		}
+		return kernel.ProcCgroup(p.root, p.mode, int(g.pid))
 	}
-	if g.cgroupsPath == "" {
-		return "", errors.New("no pid and no cgroupsPath")
-	}
-	return kernel.ResolveCgroupsPath(g.cgroupsPath)
+	return "", errors.New("no cgroupsPath and no pid")
 }
 
 // enforceScore writes the decided score to every process of the container

@@ -7,6 +7,7 @@ package nriruntime
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +24,9 @@ import (
 // Runtime is the runtime side of NRI, holding the pods and containers it
 // reports at Synchronize.
 type Runtime struct {
-	Dir    string
-	Socket string
+	Dir       string
+	Socket    string
+	PluginLog io.Writer // where started plugins' output goes; os.Stderr when nil
 	r      *nri.Adaptation
 
 	mu      sync.Mutex
@@ -114,6 +116,9 @@ func (rt *Runtime) WaitSync(timeout time.Duration) error {
 func (rt *Runtime) StartPlugin(bin string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.Command(bin, append(args, "--socket", rt.Socket)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if rt.PluginLog != nil {
+		cmd.Stdout, cmd.Stderr = rt.PluginLog, rt.PluginLog
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/nriruntime"
+)
+
+func init() { sections = append(sections, section{"nri", benchNRI}) }
+
+// benchNRI measures oomguard-nri through NRI's runtime side: CreateContainer
+// round trips beside a no-op plugin connected the same way, its memory after
+// 10,000 containers, and Synchronize of 400 running containers.
+func benchNRI(int) (bool, error) {
+	plugin, err := filepath.Abs("bin/oomguard-nri")
+	if err != nil {
+		return false, err
+	}
+	if _, err := os.Stat(plugin); err != nil {
+		return false, fmt.Errorf("%s is missing: run make build", plugin)
+	}
+	cfg, _ := filepath.Abs("deploy/config.toml")
+	dir, err := os.MkdirTemp("", "oomguard-bench-nri")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(dir)
+	noop := filepath.Join(dir, "noop")
+	if out, err := exec.Command("go", "build", "-o", noop, "./bench/noopplugin").CombinedOutput(); err != nil {
+		return false, fmt.Errorf("build the no-op plugin: %v: %s", err, out)
+	}
+
+	start := func(name, bin string, args ...string) (*nriruntime.Runtime, *exec.Cmd, *bytes.Buffer, error) {
+		d := filepath.Join(dir, name)
+		os.MkdirAll(d, 0o755)
+		rt, err := nriruntime.Start(d, nil, nil)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var log bytes.Buffer
+		rt.PluginLog = &syncWriter{w: &log}
+		cmd, err := rt.StartPlugin(bin, args...)
+		return rt, cmd, &log, err
+	}
+	rtNoop, cmdNoop, _, err := start("n", noop)
+	if err != nil {
+		return false, err
+	}
+	defer func() { cmdNoop.Process.Kill(); cmdNoop.Wait(); rtNoop.Stop() }()
+	rtOG, cmdOG, _, err := start("o", plugin, "--config", cfg)
+	if err != nil {
+		return false, err
+	}
+	defer func() { cmdOG.Process.Kill(); cmdOG.Wait(); rtOG.Stop() }()
+
+	const rounds = 10000
+	var tNoop, tOG []time.Duration
+	for i := 0; i < rounds; i++ {
+		pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+		ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+		for _, x := range []struct {
+			rt *nriruntime.Runtime
+			ts *[]time.Duration
+		}{{rtNoop, &tNoop}, {rtOG, &tOG}} {
+			s := time.Now()
+			rsp, err := x.rt.Create(pod, ctr)
+			if err != nil {
+				return false, err
+			}
+			*x.ts = append(*x.ts, time.Since(s))
+			if x.rt == rtOG && rsp.GetAdjust().GetLinux().GetOomScoreAdj().GetValue() != 900 {
+				return false, fmt.Errorf("oomguard-nri did not adjust container %d", i)
+			}
+		}
+	}
+	rss, hwm := procRSS(cmdOG.Process.Pid)
+
+	syncDur, err := benchSync(dir, plugin, cfg)
+	if err != nil {
+		return false, err
+	}
+
+	p50n, p99n, p50o, p99o := quantile(tNoop, .5), quantile(tNoop, .99), quantile(tOG, .5), quantile(tOG, .99)
+	r50, r99 := float64(p50o)/float64(p50n), float64(p99o)/float64(p99n)
+	latOK := r50 <= 1.2 && r99 <= 1.2 && p99o <= time.Millisecond
+	memOK := rss <= 30<<20
+	syncOK := syncDur <= time.Second
+	fmt.Printf("oomguard-nri: CreateContainer round trip through NRI's runtime side, %d containers each, interleaved\n", rounds)
+	printTimes([]string{"no-op plugin", "oomguard-nri (shipped config)"}, [][]time.Duration{tNoop, tOG})
+	fmt.Printf("  p50 %.2f×, p99 %.2f× the no-op (goal ≤ 1.2×); p99 %s (goal ≤ 1 ms): %s\n", r50, r99, ms(p99o), verdict(latOK))
+	fmt.Printf("  RSS after %d containers: %.1f MB (peak %.1f MB) (goal ≤ 30 MB): %s\n", rounds, float64(rss)/(1<<20), float64(hwm)/(1<<20), verdict(memOK))
+	fmt.Printf("  Synchronize of 400 running containers (1,200 processes): %s (goal ≤ 1 s): %s\n", ms(syncDur), verdict(syncOK))
+	return latOK && memOK && syncOK, nil
+}
+
+// benchSync starts the plugin against a runtime that reports 400 running
+// containers, on a cgroup v2 tree of theirs, and returns the plugin's own
+// Synchronize time.
+func benchSync(dir, plugin, cfg string) (time.Duration, error) {
+	root := filepath.Join(dir, "node")
+	var pods []*api.PodSandbox
+	var ctrs []*api.Container
+	write := func(p, c string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	write("sys/fs/cgroup/cgroup.controllers", "memory")
+	pid := 100
+	for i := 0; i < 400; i++ {
+		pod := nriruntime.KubeletPod("s"+strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+		ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+		pods, ctrs = append(pods, pod), append(ctrs, ctr)
+		cg, err := kernel.ResolveCgroupsPath(ctr.Linux.CgroupsPath)
+		if err != nil {
+			return 0, err
+		}
+		var procs []string
+		for j := 0; j < 3; j++ {
+			pid++
+			procs = append(procs, strconv.Itoa(pid))
+			write("proc/"+strconv.Itoa(pid)+"/oom_score_adj", "-997\n")
+		}
+		write("sys/fs/cgroup"+cg+"/memory.oom.group", "1\n")
+		write("sys/fs/cgroup"+cg+"/cgroup.procs", strings.Join(procs, "\n")+"\n")
+	}
+	d := filepath.Join(dir, "s")
+	os.MkdirAll(d, 0o755)
+	rt, err := nriruntime.Start(d, pods, ctrs)
+	if err != nil {
+		return 0, err
+	}
+	defer rt.Stop()
+	log := &syncWriter{w: &bytes.Buffer{}}
+	rt.PluginLog = log
+	cmd, err := rt.StartPlugin(plugin, "--config", cfg, "--root", root)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if n := len(rt.LastSync()); n != 400 {
+		return 0, fmt.Errorf("synchronize asked for %d updates, want 400", n)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "proc/101/oom_score_adj")); string(b) != "900\n" {
+		return 0, fmt.Errorf("synchronize did not fix the processes (pid 101 has %q)", b)
+	}
+	re := regexp.MustCompile(`msg=synchronized .*containers=400 .* duration=(\S+)`)
+	var m []string
+	for deadline := time.Now().Add(5 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		m = re.FindStringSubmatch(log.String())
+	}
+	if m == nil {
+		return 0, fmt.Errorf("no synchronize line in the plugin's log:\n%s", log.String())
+	}
+	return time.ParseDuration(m[1])
+}
+
+func procRSS(pid int) (rss, hwm int64) {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v << 10
+		case "VmHWM:":
+			hwm = v << 10
+		}
+	}
+	return rss, hwm
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

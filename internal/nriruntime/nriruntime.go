@@ -27,7 +27,7 @@ type Runtime struct {
 	Dir       string
 	Socket    string
 	PluginLog io.Writer // where started plugins' output goes; os.Stderr when nil
-	r      *nri.Adaptation
+	r         *nri.Adaptation
 
 	mu      sync.Mutex
 	pods    []*api.PodSandbox

@@ -10,7 +10,7 @@ CMDS := oomguard-hook=./hook oomguard-init=./initshim oomguard-nri=./nri-plugin
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
 
-.PHONY: all build test e2e bench demo lint deps clean
+.PHONY: all build shims test e2e bench demo lint deps clean
 
 all: build
 
@@ -23,6 +23,10 @@ build:
 	@set -e; for a in $(SHIM_ARCHES); do \
 		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(BIN)/oomguard-init-linux-$$a ./initshim; echo "built $(BIN)/oomguard-init-linux-$$a"; \
 	done
+
+# The shims imagepatch embeds; a test checks they match a fresh build.
+shims: build
+	cp $(BIN)/oomguard-init-linux-amd64 $(BIN)/oomguard-init-linux-arm64 imagepatch/shim/
 
 # Everything that needs neither root, runc, qemu nor a registry.
 test:

@@ -99,3 +99,11 @@ func TestScenariosAreComplete(t *testing.T) {
 		}
 	}
 }
+
+func TestIsDaemon(t *testing.T) {
+	for comm, want := range map[string]bool{"systemd-network": true, "sshd": true, "hog": false, "systemd-networkd": false} {
+		if isDaemon(comm) != want {
+			t.Errorf("isDaemon(%q) != %v", comm, want)
+		}
+	}
+}

@@ -74,7 +74,7 @@ report
 				if len(dead) == 0 {
 					return fmt.Errorf("no node daemon died (the kernel killed %s): the incident did not reproduce", list(r.KilledComms()))
 				}
-				if len(r.Killed) == 0 || !slices.Contains(nodeDaemons, r.Killed[0].Comm) {
+				if len(r.Killed) == 0 || !isDaemon(r.Killed[0].Comm) {
 					return fmt.Errorf("the kernel killed %s, want a node daemon first", list(r.KilledComms()))
 				}
 				return nil
@@ -95,4 +95,9 @@ func deadDaemons(r *Run) []string {
 		}
 	}
 	return dead
+}
+
+// isDaemon matches a kernel comm, cut to 15 characters, to a node daemon.
+func isDaemon(comm string) bool {
+	return slices.ContainsFunc(nodeDaemons, func(d string) bool { return d[:min(len(d), 15)] == comm })
 }

@@ -1,0 +1,516 @@
+package imagepatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"text/template"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// DefaultTagTemplate names a result after its base tag and the patch.
+const DefaultTagTemplate = "{{.Tag}}-{{.Patch}}.{{.Version}}"
+
+// Action is what happened, or would happen, to one source tag.
+type Action string
+
+const (
+	ActionPush      Action = "push"      // a new tag (plan: would be pushed)
+	ActionUnchanged Action = "unchanged" // the destination already holds exactly this result
+	ActionSkipped   Action = "skipped"   // the source is itself this patch's result
+	ActionRefused   Action = "refused"   // the destination holds other content and is left alone
+	ActionFailed    Action = "failed"
+)
+
+// Result is one source tag's outcome.
+type Result struct {
+	Source      string   `json:"source"`
+	Destination string   `json:"destination,omitempty"`
+	Action      Action   `json:"action"`
+	Digest      string   `json:"digest,omitempty"` // the patched image or index
+	Base        string   `json:"base,omitempty"`   // what it was made from, repo@digest
+	Upgraded    bool     `json:"upgraded,omitempty"`
+	Dropped     []string `json:"dropped,omitempty"` // index entries left out
+	Error       string   `json:"error,omitempty"`
+}
+
+// Patcher applies one spec to images.
+type Patcher struct {
+	spec *Spec
+	tmpl *template.Template
+	ropt []remote.Option
+	jobs int
+
+	mu       sync.Mutex
+	layers   map[string]v1.Layer   // by arch and media type
+	uploaded map[string]*sync.Once // by repository and layer digest
+	upErr    map[string]error
+}
+
+// Option configures a Patcher.
+type Option func(*Patcher) error
+
+// WithTagTemplate names destination tags; fields: .Tag .Patch .Version .Repo.
+func WithTagTemplate(t string) Option {
+	return func(p *Patcher) error {
+		tm, err := template.New("tag").Option("missingkey=error").Parse(t)
+		if err != nil {
+			return fmt.Errorf("tag template %q: %w", t, err)
+		}
+		p.tmpl = tm
+		return nil
+	}
+}
+
+// WithRemoteOptions passes options (auth, transport, retries) to every registry call.
+func WithRemoteOptions(o ...remote.Option) Option {
+	return func(p *Patcher) error { p.ropt = append(p.ropt, o...); return nil }
+}
+
+// WithJobs bounds how many tags are patched at once.
+func WithJobs(n int) Option {
+	return func(p *Patcher) error {
+		if n < 1 {
+			return fmt.Errorf("jobs %d: want at least 1", n)
+		}
+		p.jobs = n
+		return nil
+	}
+}
+
+// New makes a Patcher for spec.
+func New(spec *Spec, opts ...Option) (*Patcher, error) {
+	p := &Patcher{spec: spec, jobs: 4, layers: map[string]v1.Layer{}, uploaded: map[string]*sync.Once{}, upErr: map[string]error{}}
+	if err := WithTagTemplate(DefaultTagTemplate)(p); err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		if err := o(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+// DestinationTag renders the tag template for a base tag.
+func (p *Patcher) DestinationTag(base name.Tag) (name.Tag, error) {
+	var b strings.Builder
+	data := map[string]string{"Tag": base.TagStr(), "Patch": p.spec.Name, "Version": p.spec.Version, "Repo": base.RepositoryStr()}
+	if err := p.tmpl.Execute(&b, data); err != nil {
+		return name.Tag{}, fmt.Errorf("tag template: %w", err)
+	}
+	if !tagRE.MatchString(b.String()) {
+		return name.Tag{}, fmt.Errorf("tag template gave %q, which is not a valid tag (letters, digits, _ . -, at most 128)", b.String())
+	}
+	if b.String() == base.TagStr() {
+		return name.Tag{}, fmt.Errorf("tag template gives the source tag %q itself: imagepatch never overwrites a source", b.String())
+	}
+	return base.Context().Tag(b.String()), nil
+}
+
+// Plan works out what Apply would do to src, writing nothing.
+func (p *Patcher) Plan(ctx context.Context, src name.Tag) Result { return p.do(ctx, src, false) }
+
+// Apply patches src and pushes the result under its destination tag.
+func (p *Patcher) Apply(ctx context.Context, src name.Tag) Result { return p.do(ctx, src, true) }
+
+// Run plans or applies every source with bounded concurrency, calling done
+// after each; results keep the order of srcs.
+func (p *Patcher) Run(ctx context.Context, srcs []name.Tag, apply bool, done func(Result)) []Result {
+	out := make([]Result, len(srcs))
+	sem := make(chan struct{}, p.jobs)
+	var wg sync.WaitGroup
+	for i, s := range srcs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = p.do(ctx, s, apply)
+			if done != nil {
+				done(out[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// built is a patched image or index, before it is pushed.
+type built struct {
+	img      v1.Image
+	idx      v1.ImageIndex
+	digest   v1.Hash
+	dropped  []string
+	base     string
+	baseTag  name.Tag
+	upgraded bool
+}
+
+func (p *Patcher) do(ctx context.Context, src name.Tag, apply bool) Result {
+	res := Result{Source: src.String()}
+	fail := func(err error) Result {
+		res.Action, res.Error = ActionFailed, err.Error()
+		return res
+	}
+	opts := append([]remote.Option{remote.WithContext(ctx)}, p.ropt...)
+	b, skip, err := p.build(src, opts)
+	if err != nil {
+		return fail(err)
+	}
+	if skip != "" {
+		res.Action, res.Error = ActionSkipped, skip
+		return res
+	}
+	res.Digest, res.Base, res.Dropped, res.Upgraded = b.digest.String(), b.base, b.dropped, b.upgraded
+	dst, err := p.DestinationTag(b.baseTag)
+	if err != nil {
+		return fail(err)
+	}
+	res.Destination = dst.String()
+	existing, err := remote.Head(dst, opts...)
+	var terr *transport.Error
+	switch {
+	case err == nil && existing.Digest == b.digest:
+		res.Action = ActionUnchanged
+		return res
+	case err == nil:
+		res.Action = ActionRefused
+		res.Error = fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", dst, existing.Digest)
+		return res
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+	default:
+		return fail(fmt.Errorf("check %s: %w", dst, err))
+	}
+	res.Action = ActionPush
+	if !apply {
+		return res
+	}
+	if err := p.push(dst, b, opts); err != nil {
+		return fail(err)
+	}
+	return res
+}
+
+// build makes the patched image or index for src, starting from the base
+// the source records when it is already an older version of this patch.
+func (p *Patcher) build(src name.Tag, opts []remote.Option) (*built, string, error) {
+	desc, err := remote.Get(src, opts...)
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", src, err)
+	}
+	b := &built{baseTag: src, base: src.Context().Digest(desc.Digest.String()).String()}
+	switch {
+	case desc.MediaType.IsIndex():
+		idx, err := desc.ImageIndex()
+		if err != nil {
+			return nil, "", fmt.Errorf("read index %s: %w", src, err)
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return nil, "", fmt.Errorf("read index %s: %w", src, err)
+		}
+		if skip, err := p.rebase(b, im.Annotations, src, opts); err != nil || skip != "" {
+			return nil, skip, err
+		}
+		if b.upgraded {
+			if idx, err = remote.Index(src.Context().Digest(b.digestOfBase()), opts...); err != nil {
+				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+			}
+		}
+		return b, "", p.patchIndex(b, idx, desc.MediaType)
+	case desc.MediaType.IsImage():
+		img, err := desc.Image()
+		if err != nil {
+			return nil, "", fmt.Errorf("read image %s: %w", src, err)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			return nil, "", fmt.Errorf("read config of %s: %w", src, err)
+		}
+		if skip, err := p.rebase(b, cfg.Config.Labels, src, opts); err != nil || skip != "" {
+			return nil, skip, err
+		}
+		if b.upgraded {
+			if img, err = remote.Image(src.Context().Digest(b.digestOfBase()), opts...); err != nil {
+				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+			}
+		}
+		arch := cfg.Architecture
+		if !p.spec.Supports(arch) {
+			return nil, "", fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
+		}
+		if b.img, err = p.patchImage(img, arch, b.base, b.baseTag); err != nil {
+			return nil, "", err
+		}
+		b.digest, err = b.img.Digest()
+		return b, "", err
+	default:
+		return nil, "", fmt.Errorf("%s is %s, not an image or an image index", src, desc.MediaType)
+	}
+}
+
+func (b *built) digestOfBase() string { _, d, _ := strings.Cut(b.base, "@"); return d }
+
+// rebase looks at what the source records. The same patch and version: the
+// source is a result, skip it. Another version: start from the recorded base.
+func (p *Patcher) rebase(b *built, labels map[string]string, src name.Tag, opts []remote.Option) (string, error) {
+	if labels[LabelName] != p.spec.Name {
+		return "", nil
+	}
+	if labels[LabelVersion] == p.spec.Version {
+		return fmt.Sprintf("already %s %s (made from %s)", p.spec.Name, p.spec.Version, labels[LabelBaseName]), nil
+	}
+	baseName, baseDigest := labels[LabelBaseName], labels[LabelBaseDigest]
+	if baseDigest == "" || baseName == "" {
+		return "", fmt.Errorf("%s carries %s %s but no recorded base: cannot patch it without stacking", src, p.spec.Name, labels[LabelVersion])
+	}
+	tag, err := name.NewTag(baseName, name.WeakValidation)
+	if err != nil {
+		return "", fmt.Errorf("recorded base name %q: %w", baseName, err)
+	}
+	// Keep the registry we reach the source by (it may be a mirror or http).
+	b.baseTag = src.Context().Tag(tag.TagStr())
+	b.base = src.Context().Digest(baseDigest).String()
+	b.upgraded = true
+	return "", nil
+}
+
+func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) error {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	var adds []mutate.IndexAddendum
+	for _, d := range im.Manifests {
+		plat := "unknown"
+		if d.Platform != nil {
+			plat = d.Platform.String()
+		}
+		supported := d.MediaType.IsImage() && d.Platform != nil && d.Platform.OS != "unknown" && p.spec.Supports(d.Platform.Architecture)
+		if !supported {
+			if p.spec.Unpatchable == "keep" {
+				adds = append(adds, mutate.IndexAddendum{Add: mustChild(idx, d), Descriptor: d})
+			} else {
+				b.dropped = append(b.dropped, plat+" "+d.Digest.String())
+			}
+			continue
+		}
+		child, err := idx.Image(d.Digest)
+		if err != nil {
+			return fmt.Errorf("read %s entry: %w", plat, err)
+		}
+		base := b.baseTag.Context().Digest(d.Digest.String()).String()
+		img, err := p.patchImage(child, d.Platform.Architecture, base, b.baseTag)
+		if err != nil {
+			return fmt.Errorf("patch %s entry: %w", plat, err)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: d.Platform, Annotations: d.Annotations}})
+	}
+	if len(adds) == 0 {
+		return fmt.Errorf("no entry of the index is for %s", strings.Join(p.spec.Architectures(), " or "))
+	}
+	out := mutate.IndexMediaType(empty.Index, mt)
+	out = mutate.AppendManifests(out, adds...)
+	ann := map[string]string{}
+	for k, v := range im.Annotations {
+		ann[k] = v
+	}
+	for k, v := range p.recordLabels(b.base, b.baseTag) {
+		ann[k] = v
+	}
+	b.idx = mutate.Annotations(out, ann).(v1.ImageIndex)
+	b.digest, err = b.idx.Digest()
+	return err
+}
+
+func mustChild(idx v1.ImageIndex, d v1.Descriptor) mutate.Appendable {
+	if d.MediaType.IsIndex() {
+		if c, err := idx.ImageIndex(d.Digest); err == nil {
+			return c
+		}
+	}
+	c, _ := idx.Image(d.Digest)
+	return c
+}
+
+func (p *Patcher) recordLabels(base string, baseTag name.Tag) map[string]string {
+	_, digest, _ := strings.Cut(base, "@")
+	return map[string]string{
+		LabelName: p.spec.Name, LabelVersion: p.spec.Version,
+		LabelBaseDigest: digest, LabelBaseName: baseTag.String(),
+	}
+}
+
+// patchImage appends the patch layer and edits the config; the result's
+// digest depends only on the base and the spec.
+func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.Tag) (v1.Image, error) {
+	mt, err := base.MediaType()
+	if err != nil {
+		return nil, err
+	}
+	lmt := types.OCILayer
+	if mt == types.DockerManifestSchema2 {
+		lmt = types.DockerLayer
+	}
+	layer, err := p.layer(arch, lmt)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := base.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	img := base
+	if len(p.spec.Files) > 0 {
+		img, err = mutate.Append(base, mutate.Addendum{Layer: layer, MediaType: lmt, History: v1.History{
+			Created: cfg.Created, CreatedBy: "imagepatch " + p.spec.Name + " " + p.spec.Version, Comment: "oomguard imagepatch",
+		}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	nc, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	nc = nc.DeepCopy()
+	p.editConfig(&nc.Config)
+	for k, v := range p.recordLabels(baseRef, baseTag) {
+		nc.Config.Labels[k] = v
+	}
+	return mutate.ConfigFile(img, nc)
+}
+
+func (p *Patcher) editConfig(c *v1.Config) {
+	e := p.spec.Config
+	if pre := e.EntrypointPrefix; len(pre) > 0 && !hasPrefix(c.Entrypoint, pre) {
+		ep := append(slices.Clone(pre), c.Entrypoint...)
+		if len(c.Entrypoint) == 0 && len(c.Cmd) == 0 {
+			ep = append(ep, e.DefaultCommand...)
+		}
+		c.Entrypoint = ep
+	}
+	for k, v := range e.Env {
+		c.Env = slices.DeleteFunc(c.Env, func(s string) bool { return strings.HasPrefix(s, k+"=") })
+		c.Env = append(c.Env, k+"="+v)
+	}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	for k, v := range e.Labels {
+		c.Labels[k] = v
+	}
+}
+
+func hasPrefix(s, pre []string) bool { return len(s) >= len(pre) && slices.Equal(s[:len(pre)], pre) }
+
+func (p *Patcher) layer(arch string, mt types.MediaType) (v1.Layer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := arch + "|" + string(mt)
+	if l, ok := p.layers[key]; ok {
+		return l, nil
+	}
+	l, err := p.spec.Layer(arch, mt)
+	if err != nil {
+		return nil, err
+	}
+	p.layers[key] = l
+	return l, nil
+}
+
+// push uploads the patch layers once per repository, then the result.
+func (p *Patcher) push(dst name.Tag, b *built, opts []remote.Option) error {
+	var layers []v1.Layer
+	collect := func(img v1.Image) error {
+		ls, err := img.Layers()
+		if err != nil {
+			return err
+		}
+		if len(p.spec.Files) > 0 {
+			layers = append(layers, ls[len(ls)-1])
+		}
+		return nil
+	}
+	if b.img != nil {
+		if err := collect(b.img); err != nil {
+			return err
+		}
+	} else {
+		im, err := b.idx.IndexManifest()
+		if err != nil {
+			return err
+		}
+		for _, d := range im.Manifests {
+			img, err := b.idx.Image(d.Digest)
+			if err != nil {
+				continue
+			}
+			if cf, err := img.ConfigFile(); err == nil && cf.Config.Labels[LabelName] == p.spec.Name {
+				if err := collect(img); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, l := range layers {
+		if err := p.uploadOnce(dst.Context(), l, opts); err != nil {
+			return err
+		}
+	}
+	var err error
+	if b.img != nil {
+		err = remote.Write(dst, b.img, opts...)
+	} else {
+		err = remote.WriteIndex(dst, b.idx, opts...)
+	}
+	if err != nil {
+		return fmt.Errorf("push %s: %w", dst, err)
+	}
+	return nil
+}
+
+func (p *Patcher) uploadOnce(repo name.Repository, l v1.Layer, opts []remote.Option) error {
+	d, err := l.Digest()
+	if err != nil {
+		return err
+	}
+	key := repo.String() + "@" + d.String()
+	p.mu.Lock()
+	once, ok := p.uploaded[key]
+	if !ok {
+		once = &sync.Once{}
+		p.uploaded[key] = once
+	}
+	p.mu.Unlock()
+	once.Do(func() {
+		err := remote.WriteLayer(repo, l, opts...)
+		p.mu.Lock()
+		p.upErr[key] = err
+		if err != nil {
+			delete(p.uploaded, key) // let a later tag try again
+		}
+		p.mu.Unlock()
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.upErr[key]; err != nil {
+		return fmt.Errorf("upload the patch layer to %s: %w", repo, err)
+	}
+	return nil
+}

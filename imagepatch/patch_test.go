@@ -1,0 +1,453 @@
+package imagepatch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// counter records every request that reaches the registry.
+type counter struct {
+	mu   sync.Mutex
+	reqs []string // "METHOD path?query"
+	next http.RoundTripper
+}
+
+func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *counter) count(method, substr string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.reqs {
+		if strings.HasPrefix(r, method+" ") && strings.Contains(r, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *counter) reset() { c.mu.Lock(); c.reqs = nil; c.mu.Unlock() }
+
+type testRegistry struct {
+	host string
+	c    *counter
+}
+
+func newRegistry(t *testing.T) *testRegistry {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(nopLogger())))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return &testRegistry{host: u.Host, c: &counter{next: http.DefaultTransport}}
+}
+
+func (r *testRegistry) opts() []remote.Option {
+	return []remote.Option{remote.WithTransport(r.c), remote.WithRetryBackoff(remote.Backoff{Duration: 1, Factor: 1, Steps: 1})}
+}
+
+func (r *testRegistry) tag(t *testing.T, ref string) name.Tag {
+	t.Helper()
+	tag, err := name.NewTag(r.host + "/" + ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
+}
+
+// image makes a random image of arch with an entrypoint and cmd.
+func image(t *testing.T, arch string, mt types.MediaType, ep, cmd []string) v1.Image {
+	t.Helper()
+	img, err := random.Image(1024, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img = mutate.MediaType(img, mt)
+	if mt == types.DockerManifestSchema2 {
+		img = mutate.ConfigMediaType(img, types.DockerConfigJSON)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Config.Entrypoint, cf.Config.Cmd = ep, cmd
+	cf.Config.Env = []string{"PATH=/usr/bin:/bin"}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func (r *testRegistry) push(t *testing.T, ref string, img v1.Image) {
+	t.Helper()
+	if err := remote.Write(r.tag(t, ref), img, remote.WithTransport(http.DefaultTransport)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func patcher(t *testing.T, r *testRegistry, spec *Spec, opts ...Option) *Patcher {
+	t.Helper()
+	p, err := New(spec, append([]Option{WithRemoteOptions(r.opts()...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLayerIsReproducible(t *testing.T) {
+	s := ShimSpec()
+	a, _ := s.Layer("amd64", types.OCILayer)
+	b, _ := ShimSpec().Layer("amd64", types.OCILayer)
+	c, _ := s.Layer("arm64", types.OCILayer)
+	da, _ := a.Digest()
+	db, _ := b.Digest()
+	dc, _ := c.Digest()
+	ia, _ := a.DiffID()
+	ib, _ := b.DiffID()
+	if da != db || ia != ib {
+		t.Fatalf("the same patch gave %s and %s", da, db)
+	}
+	if da == dc {
+		t.Fatal("amd64 and arm64 layers must carry their own binaries")
+	}
+	tb, _ := s.layerTar("amd64")
+	if !strings.Contains(string(tb), ".oomguard/oomguard-init") {
+		t.Fatal("the shim is not in the layer")
+	}
+}
+
+func TestApplyImage(t *testing.T) {
+	r := newRegistry(t)
+	base := image(t, "amd64", types.OCIManifestSchema1, []string{"/docker-entrypoint.sh"}, []string{"nginx"})
+	const tags = 5
+	for i := range tags {
+		r.push(t, fmt.Sprintf("ml/base:v%d", i), base)
+	}
+	baseLayers, _ := base.Layers()
+	p := patcher(t, r, ShimSpec())
+	var srcs []name.Tag
+	for i := range tags {
+		srcs = append(srcs, r.tag(t, fmt.Sprintf("ml/base:v%d", i)))
+	}
+	r.c.reset()
+	results := p.Run(context.Background(), srcs, true, nil)
+	for _, res := range results {
+		if res.Action != ActionPush {
+			t.Fatalf("%+v", res)
+		}
+	}
+	// No base layer was downloaded; the patch layer went up once.
+	for _, l := range baseLayers {
+		d, _ := l.Digest()
+		if n := r.c.count("GET", d.String()); n != 0 {
+			t.Fatalf("base layer %s fetched %d times", d, n)
+		}
+	}
+	pl, _ := ShimSpec().Layer("amd64", types.OCILayer)
+	pd, _ := pl.Digest()
+	if n := r.c.count("PUT", "digest="+url.QueryEscape(pd.String())); n != 1 {
+		t.Fatalf("patch layer uploaded %d times, want once", n)
+	}
+
+	got, err := remote.Image(r.tag(t, "ml/base:v0-oomguard-init.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := got.ConfigFile()
+	if want := []string{"/.oomguard/oomguard-init", "--", "/docker-entrypoint.sh"}; !slices.Equal(cf.Config.Entrypoint, want) || !slices.Equal(cf.Config.Cmd, []string{"nginx"}) {
+		t.Fatalf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
+	}
+	bd, _ := base.Digest()
+	if cf.Config.Labels[LabelName] != "oomguard-init" || cf.Config.Labels[LabelVersion] != "1" || cf.Config.Labels[LabelBaseDigest] != bd.String() ||
+		cf.Config.Labels[LabelBaseName] != r.host+"/ml/base:v0" {
+		t.Fatalf("labels %v", cf.Config.Labels)
+	}
+	if ls, _ := got.Layers(); len(ls) != len(baseLayers)+1 {
+		t.Fatalf("%d layers", len(ls))
+	}
+
+	// Again: nothing is pushed.
+	r.c.reset()
+	for _, res := range p.Run(context.Background(), srcs, true, nil) {
+		if res.Action != ActionUnchanged {
+			t.Fatalf("re-apply: %+v", res)
+		}
+	}
+	if n := r.c.count("PUT", "/manifests/") + r.c.count("POST", "/blobs/"); n != 0 {
+		t.Fatalf("re-apply wrote %d times", n)
+	}
+	// A result is not patched again.
+	if res := p.Apply(context.Background(), r.tag(t, "ml/base:v0-oomguard-init.1")); res.Action != ActionSkipped {
+		t.Fatalf("patching a result: %+v", res)
+	}
+}
+
+func TestUpgradeStartsFromRecordedBase(t *testing.T) {
+	r := newRegistry(t)
+	base := image(t, "amd64", types.DockerManifestSchema2, nil, nil)
+	r.push(t, "ml/base:v1", base)
+	if res := patcher(t, r, ShimSpec()).Apply(context.Background(), r.tag(t, "ml/base:v1")); res.Action != ActionPush {
+		t.Fatalf("%+v", res)
+	}
+	v2 := ShimSpec()
+	v2.Version = "2"
+	// Upgrade from the patched tag, as a platform whose "current" tag points at a result would.
+	res := patcher(t, r, v2).Apply(context.Background(), r.tag(t, "ml/base:v1-oomguard-init.1"))
+	if res.Action != ActionPush || !res.Upgraded || res.Destination != r.host+"/ml/base:v1-oomguard-init.2" {
+		t.Fatalf("%+v", res)
+	}
+	got, _ := remote.Image(r.tag(t, "ml/base:v1-oomguard-init.2"))
+	ls, _ := got.Layers()
+	bl, _ := base.Layers()
+	if len(ls) != len(bl)+1 {
+		t.Fatalf("upgrade stacked: %d layers on a base of %d", len(ls), len(bl))
+	}
+	cf, _ := got.ConfigFile()
+	bd, _ := base.Digest()
+	if cf.Config.Labels[LabelVersion] != "2" || cf.Config.Labels[LabelBaseDigest] != bd.String() {
+		t.Fatalf("labels %v", cf.Config.Labels)
+	}
+	// No entrypoint and no cmd: the shim's default command follows it, once.
+	if want := []string{"/.oomguard/oomguard-init", "--", "/sbin/init"}; !slices.Equal(cf.Config.Entrypoint, want) {
+		t.Fatalf("entrypoint %q", cf.Config.Entrypoint)
+	}
+	if mt, _ := got.MediaType(); mt != types.DockerManifestSchema2 {
+		t.Fatalf("media type %s", mt)
+	}
+	if l, _ := ls[len(ls)-1].MediaType(); l != types.DockerLayer {
+		t.Fatalf("patch layer media type %s on a Docker image", l)
+	}
+}
+
+func TestIndex(t *testing.T) {
+	for _, unpatchable := range []string{"drop", "keep"} {
+		t.Run(unpatchable, func(t *testing.T) {
+			r := newRegistry(t)
+			amd, arm, s390 := image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), image(t, "s390x", types.OCIManifestSchema1, nil, nil)
+			att, _ := random.Image(100, 1)
+			idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+				mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+				mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+				mutate.IndexAddendum{Add: s390, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "s390x"}}},
+				mutate.IndexAddendum{Add: att, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "unknown", Architecture: "unknown"},
+					Annotations: map[string]string{"vnd.docker.reference.type": "attestation-manifest"}}},
+			)
+			if err := remote.WriteIndex(r.tag(t, "ml/multi:v1"), idx); err != nil {
+				t.Fatal(err)
+			}
+			spec := ShimSpec()
+			spec.Unpatchable = unpatchable
+			res := patcher(t, r, spec).Apply(context.Background(), r.tag(t, "ml/multi:v1"))
+			if res.Action != ActionPush {
+				t.Fatalf("%+v", res)
+			}
+			got, err := remote.Index(r.tag(t, "ml/multi:v1-oomguard-init.1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, _ := got.IndexManifest()
+			wantEntries, wantDropped := 4, 0
+			if unpatchable == "drop" {
+				wantEntries, wantDropped = 2, 2
+			}
+			if len(im.Manifests) != wantEntries || len(res.Dropped) != wantDropped {
+				t.Fatalf("%d entries, dropped %v", len(im.Manifests), res.Dropped)
+			}
+			od, _ := idx.Digest()
+			if im.Annotations[LabelBaseDigest] != od.String() {
+				t.Fatalf("index annotations %v", im.Annotations)
+			}
+			layers := map[string]string{}
+			for _, d := range im.Manifests {
+				if d.Platform.Architecture != "amd64" && d.Platform.Architecture != "arm64" {
+					continue
+				}
+				img, _ := got.Image(d.Digest)
+				ls, _ := img.Layers()
+				ld, _ := ls[len(ls)-1].Digest()
+				layers[d.Platform.Architecture] = ld.String()
+				cf, _ := img.ConfigFile()
+				if cf.Architecture != d.Platform.Architecture || cf.Config.Labels[LabelName] != "oomguard-init" {
+					t.Fatalf("%s entry config %+v", d.Platform.Architecture, cf.Config.Labels)
+				}
+			}
+			for arch, want := range map[string]types.MediaType{"amd64": types.OCILayer, "arm64": types.OCILayer} {
+				l, _ := ShimSpec().Layer(arch, want)
+				d, _ := l.Digest()
+				if layers[arch] != d.String() {
+					t.Fatalf("%s entry has layer %s, want its own shim layer %s", arch, layers[arch], d)
+				}
+			}
+			if again := patcher(t, r, spec).Apply(context.Background(), r.tag(t, "ml/multi:v1")); again.Action != ActionUnchanged {
+				t.Fatalf("re-apply: %+v", again)
+			}
+		})
+	}
+}
+
+func TestRefusedAndErrors(t *testing.T) {
+	r := newRegistry(t)
+	r.push(t, "ml/base:v1", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	r.push(t, "ml/base:v1-oomguard-init.1", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	r.push(t, "ml/base:zarch", image(t, "s390x", types.OCIManifestSchema1, nil, nil))
+	before, _ := remote.Head(r.tag(t, "ml/base:v1-oomguard-init.1"))
+	p := patcher(t, r, ShimSpec())
+	res := p.Apply(context.Background(), r.tag(t, "ml/base:v1"))
+	if res.Action != ActionRefused || !strings.Contains(res.Error, "already holds") {
+		t.Fatalf("%+v", res)
+	}
+	if after, _ := remote.Head(r.tag(t, "ml/base:v1-oomguard-init.1")); after.Digest != before.Digest {
+		t.Fatal("a refused tag was changed")
+	}
+	for _, tc := range []struct{ ref, want string }{
+		{"ml/base:zarch", "linux/s390x; the patch has files for amd64, arm64 only"},
+		{"ml/base:missing", "MANIFEST_UNKNOWN"},
+	} {
+		if res := p.Apply(context.Background(), r.tag(t, tc.ref)); res.Action != ActionFailed || !strings.Contains(res.Error, tc.want) {
+			t.Errorf("%s: %+v, want failure with %q", tc.ref, res, tc.want)
+		}
+	}
+	// A reference that is not an image: an artifact manifest.
+	art := rawManifest{mt: "application/vnd.example.artifact.v1+json", body: []byte(`{"schemaVersion":2,"mediaType":"application/vnd.example.artifact.v1+json"}`)}
+	if err := remote.Put(r.tag(t, "ml/base:artifact"), art); err != nil {
+		t.Fatal(err)
+	}
+	if res := p.Apply(context.Background(), r.tag(t, "ml/base:artifact")); res.Action != ActionFailed || !strings.Contains(res.Error, "not an image") {
+		t.Errorf("artifact: %+v", res)
+	}
+	// Unreachable registry.
+	gone, _ := name.NewTag("127.0.0.1:1/ml/base:v1")
+	if res := p.Apply(context.Background(), gone); res.Action != ActionFailed || !strings.Contains(res.Error, "connection refused") {
+		t.Errorf("unreachable: %+v", res)
+	}
+}
+
+type rawManifest struct {
+	mt   types.MediaType
+	body []byte
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)       { return m.body, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mt, nil }
+
+func TestAuthFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+		http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	p, _ := New(ShimSpec())
+	tag, _ := name.NewTag(u.Host + "/ml/base:v1")
+	if res := p.Apply(context.Background(), tag); res.Action != ActionFailed || !strings.Contains(res.Error, "UNAUTHORIZED") {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestTagTemplate(t *testing.T) {
+	base, _ := name.NewTag("registry.example.com/ml/base:v1")
+	for _, tc := range []struct{ tmpl, want, err string }{
+		{DefaultTagTemplate, "v1-oomguard-init.1", ""},
+		{"{{.Repo}}", "", "not a valid tag"},
+		{"{{.Tag}}-{{.Nope}}", "", "map has no entry for key"},
+		{"{{.Tag", "", "tag template"},
+		{"{{.Tag}}", "", "never overwrites a source"},
+		{"{{.Tag}}-" + strings.Repeat("x", 130), "", "not a valid tag"},
+	} {
+		p, err := New(ShimSpec(), WithTagTemplate(tc.tmpl))
+		if err == nil {
+			var d name.Tag
+			d, err = p.DestinationTag(base)
+			if err == nil && d.TagStr() != tc.want {
+				t.Errorf("%q gave %q, want %q", tc.tmpl, d.TagStr(), tc.want)
+			}
+		}
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: error %v, want %q", tc.tmpl, err, tc.err)
+		}
+	}
+}
+
+func TestSpecErrors(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
+	for _, tc := range []struct{ toml, want string }{
+		{"name = ", "invalid TOML at line 1"},
+		{"name='a'\nversion='1'\nbogus=1\n[config]\nlabels={a='b'}", `unknown key "bogus"`},
+		{"name='A B'\nversion='1'\n[config]\nlabels={a='b'}", `name "A B"`},
+		{"name='a'\nversion=''\n[config]\nlabels={a='b'}", `version ""`},
+		{"name='a'\nversion='1'", "changes nothing"},
+		{"name='a'\nversion='1'\n[[file]]\npath='rel'\ncontent='x'", "must be absolute"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\nsource='missing'", "no such file"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\nsource='x'\ncontent='y'", "exactly one of"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\ncontent='y'\nmode=0o17777", "mode"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\ncontent='y'\n[[file]]\npath='/x'\ncontent='z'", "listed twice"},
+		{"name='a'\nversion='1'\nunpatchable='fail'\n[config]\nlabels={a='b'}", `unpatchable "fail"`},
+		{"name='a'\nversion='1'\n[config]\nlabels={'io.oomguard.patch.name'='b'}", "imagepatch's own"},
+	} {
+		if _, err := ParseSpec([]byte(tc.toml), dir); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+	if _, err := LoadSpec(filepath.Join(dir, "nope.toml")); err == nil || !strings.Contains(err.Error(), "nope.toml") {
+		t.Errorf("missing spec file: %v", err)
+	}
+	s, err := ParseSpec([]byte("name='motd'\nversion='2'\n[[file]]\npath='/etc/motd'\nsource='x'\n[config]\nenv={A='1'}"), dir)
+	if err != nil || s.Architectures() != nil || !s.Supports("riscv64") {
+		t.Fatalf("an arch-independent spec: %v %v", err, s.Architectures())
+	}
+}
+
+// Pagination is tested against the real registry (e2e): the in-memory one sends no Link.
+func TestSelector(t *testing.T) {
+	r := newRegistry(t)
+	img := image(t, "amd64", types.OCIManifestSchema1, nil, nil)
+	for i := range 35 {
+		r.push(t, fmt.Sprintf("ml/many:v%02d", i), img)
+	}
+	r.push(t, "ml/many:latest", img)
+	repo, _ := name.NewRepository(r.host + "/ml/many")
+	tags, err := Selector{Globs: []string{"v1*", "v2?"}}.Tags(context.Background(), repo, r.opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tags) != 20 {
+		t.Fatalf("%d tags", len(tags))
+	}
+	if _, err := (Selector{Globs: []string{"["}}).Tags(context.Background(), repo); err == nil {
+		t.Fatal("bad glob accepted")
+	}
+	refs, err := ReadRefs(strings.NewReader("# images\nreg.example.com/a:v1\n\nreg.example.com/b\n"))
+	if err != nil || len(refs) != 2 || refs[1].TagStr() != "latest" {
+		t.Fatalf("ReadRefs: %v %v", refs, err)
+	}
+	if _, err := ReadRefs(strings.NewReader("ok:v1\nreg.example.com/a@sha256:abc\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("ReadRefs digest: %v", err)
+	}
+}
+
+func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }

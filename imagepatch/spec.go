@@ -1,0 +1,269 @@
+// Package imagepatch layers a small patch — files and config edits — onto
+// existing tagged images in a registry, under new tags. It reads manifests
+// and configs only, uploads the patch layer once per repository, never
+// overwrites a tag with other content, and records the image each result was
+// made from so that a later patch starts from that base instead of stacking.
+package imagepatch
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Spec is one patch, read from TOML.
+type Spec struct {
+	Name    string `toml:"name"`
+	Version string `toml:"version"`
+	Files   []File `toml:"file"`
+	Config  Edits  `toml:"config"`
+	// Unpatchable says what becomes of index entries the patch has no files
+	// for (other architectures, attestations): "drop" (default) or "keep".
+	Unpatchable string `toml:"unpatchable"`
+
+	dir string // where relative sources are found
+}
+
+// File is one file the patch layer adds.
+type File struct {
+	Path string `toml:"path"`
+	Mode int64  `toml:"mode"`
+	// One of: Source (a host file), Sources (one per architecture), Content.
+	Source  string            `toml:"source"`
+	Sources map[string]string `toml:"sources"`
+	Content *string           `toml:"content"`
+
+	data map[string][]byte // by architecture; "" for every architecture
+}
+
+// Edits change the image config.
+type Edits struct {
+	// EntrypointPrefix runs first: the new entrypoint is the prefix, then the
+	// image's own entrypoint; the image's cmd stays its cmd.
+	EntrypointPrefix []string `toml:"entrypoint_prefix"`
+	// DefaultCommand follows the prefix when the image has neither entrypoint nor cmd.
+	DefaultCommand []string          `toml:"default_command"`
+	Env            map[string]string `toml:"env"`
+	Labels         map[string]string `toml:"labels"`
+}
+
+// Labels imagepatch records in every image it makes.
+const (
+	LabelName       = "io.oomguard.patch.name"
+	LabelVersion    = "io.oomguard.patch.version"
+	LabelBaseDigest = "io.oomguard.patch.base.digest"
+	LabelBaseName   = "io.oomguard.patch.base.name"
+)
+
+var (
+	nameRE    = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
+	versionRE = regexp.MustCompile(`^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$`)
+)
+
+// LoadSpec reads a spec file; relative sources are relative to its directory.
+func LoadSpec(p string) (*Spec, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read patch spec: %w", err)
+	}
+	s, err := ParseSpec(b, filepath.Dir(p))
+	if err != nil {
+		return nil, fmt.Errorf("patch spec %s: %w", p, err)
+	}
+	return s, nil
+}
+
+// ParseSpec decodes and validates a spec and reads its files.
+func ParseSpec(data []byte, dir string) (*Spec, error) {
+	var s Spec
+	md, err := toml.Decode(string(data), &s)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("invalid TOML: %w", err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, fmt.Errorf("unknown key %q", und[0].String())
+	}
+	s.dir = dir
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *Spec) validate() error {
+	var errs []error
+	add := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
+	if !nameRE.MatchString(s.Name) {
+		add("name %q: want lower-case letters, digits and . _ - (it goes into tags)", s.Name)
+	}
+	if !versionRE.MatchString(s.Version) {
+		add("version %q: want letters, digits and . _ - (it goes into tags)", s.Version)
+	}
+	switch s.Unpatchable {
+	case "":
+		s.Unpatchable = "drop"
+	case "drop", "keep":
+	default:
+		add("unpatchable %q: want drop or keep", s.Unpatchable)
+	}
+	if len(s.Files) == 0 && len(s.Config.EntrypointPrefix) == 0 && len(s.Config.Env) == 0 && len(s.Config.Labels) == 0 {
+		add("the patch changes nothing: add a [[file]] or a [config] edit")
+	}
+	seen := map[string]bool{}
+	for i := range s.Files {
+		f := &s.Files[i]
+		where := fmt.Sprintf("file #%d %q", i+1, f.Path)
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
+			add("%s: path must be absolute and clean", where)
+		}
+		if seen[f.Path] {
+			add("%s: listed twice", where)
+		}
+		seen[f.Path] = true
+		if f.Mode == 0 {
+			f.Mode = 0o644
+		}
+		if f.Mode < 0 || f.Mode > 0o7777 {
+			add("%s: mode %o out of range", where, f.Mode)
+		}
+		n := 0
+		if f.Source != "" {
+			n++
+		}
+		if len(f.Sources) > 0 {
+			n++
+		}
+		if f.Content != nil {
+			n++
+		}
+		if n != 1 {
+			add("%s: give exactly one of source, sources, content", where)
+			continue
+		}
+		if err := f.load(s.dir); err != nil {
+			add("%s: %v", where, err)
+		}
+	}
+	for k, v := range s.Config.Labels {
+		if strings.HasPrefix(k, "io.oomguard.patch.") {
+			add("config.labels %q: the io.oomguard.patch. labels are imagepatch's own", k)
+		}
+		_ = v
+	}
+	return errors.Join(errs...)
+}
+
+func (f *File) load(dir string) error {
+	f.data = map[string][]byte{}
+	read := func(p string) ([]byte, error) {
+		if e, ok := embedded[p]; ok {
+			return e, nil
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		return os.ReadFile(p)
+	}
+	switch {
+	case f.Content != nil:
+		f.data[""] = []byte(*f.Content)
+	case f.Source != "":
+		b, err := read(f.Source)
+		if err != nil {
+			return err
+		}
+		f.data[""] = b
+	default:
+		for arch, src := range f.Sources {
+			b, err := read(src)
+			if err != nil {
+				return fmt.Errorf("source for %s: %w", arch, err)
+			}
+			f.data[arch] = b
+		}
+	}
+	return nil
+}
+
+// Architectures lists the architectures the spec has files for; nil means any.
+func (s *Spec) Architectures() []string {
+	var out []string
+	for _, f := range s.Files {
+		if _, any := f.data[""]; any {
+			continue
+		}
+		for a := range f.data {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.Sort(out)
+	// An architecture must have every per-architecture file.
+	var full []string
+	for _, a := range out {
+		ok := true
+		for _, f := range s.Files {
+			if _, any := f.data[""]; any {
+				continue
+			}
+			if _, has := f.data[a]; !has {
+				ok = false
+			}
+		}
+		if ok {
+			full = append(full, a)
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	return full
+}
+
+// Supports reports whether the spec can patch an image of arch.
+func (s *Spec) Supports(arch string) bool {
+	archs := s.Architectures()
+	return archs == nil || slices.Contains(archs, arch)
+}
+
+//go:embed shim/oomguard-init-linux-amd64
+var shimAMD64 []byte
+
+//go:embed shim/oomguard-init-linux-arm64
+var shimARM64 []byte
+
+// embedded sources a spec can name with "embedded:".
+var embedded = map[string][]byte{
+	"embedded:oomguard-init-linux-amd64": shimAMD64,
+	"embedded:oomguard-init-linux-arm64": shimARM64,
+}
+
+//go:embed shim.toml
+var shimSpecTOML []byte
+
+// ShimSpec is the built-in patch: oomguard-init in front of the image's
+// entrypoint, for amd64 and arm64.
+func ShimSpec() *Spec {
+	s, err := ParseSpec(shimSpecTOML, "")
+	if err != nil {
+		panic("built-in shim spec: " + err.Error())
+	}
+	return s
+}
+
+// ShimSpecTOML is the built-in spec's text, a starting point for others.
+func ShimSpecTOML() []byte { return bytes.Clone(shimSpecTOML) }

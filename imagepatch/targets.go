@@ -1,0 +1,82 @@
+package imagepatch
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Selector picks tags of one repository: any glob or the regexp must match.
+type Selector struct {
+	Globs  []string
+	Regexp *regexp.Regexp
+}
+
+// Tags lists the repository's tags (every page) that the selector picks.
+func (s Selector) Tags(ctx context.Context, repo name.Repository, opts ...remote.Option) ([]name.Tag, error) {
+	for _, g := range s.Globs {
+		if _, err := path.Match(g, ""); err != nil {
+			return nil, fmt.Errorf("tag glob %q: %w", g, err)
+		}
+	}
+	all, err := remote.List(repo, append([]remote.Option{remote.WithContext(ctx)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("list tags of %s: %w", repo, err)
+	}
+	var out []name.Tag
+	for _, t := range all {
+		if s.picks(t) {
+			out = append(out, repo.Tag(t))
+		}
+	}
+	return out, nil
+}
+
+func (s Selector) picks(tag string) bool {
+	if len(s.Globs) == 0 && s.Regexp == nil {
+		return true
+	}
+	for _, g := range s.Globs {
+		if ok, _ := path.Match(g, tag); ok {
+			return true
+		}
+	}
+	return s.Regexp != nil && s.Regexp.MatchString(tag)
+}
+
+// ParseTag reads an image reference that must name a tag ("latest" when none).
+func ParseTag(ref string, opts ...name.Option) (name.Tag, error) {
+	if strings.Contains(ref, "@") {
+		return name.Tag{}, fmt.Errorf("%q names a digest: imagepatch works on tags, since results are named after them", ref)
+	}
+	t, err := name.NewTag(ref, opts...)
+	if err != nil {
+		return name.Tag{}, fmt.Errorf("%q is not an image reference: %w", ref, err)
+	}
+	return t, nil
+}
+
+// ReadRefs reads one reference a line; blank lines and # comments are skipped.
+func ReadRefs(r io.Reader, opts ...name.Option) ([]name.Tag, error) {
+	var out []name.Tag
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		t, err := ParseTag(line, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
+}

@@ -2,6 +2,7 @@ package imagepatch
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +63,7 @@ type testRegistry struct {
 
 func newRegistry(t *testing.T) *testRegistry {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(nopLogger())))
+	srv := httptest.NewServer(paginate(registry.New(registry.Logger(nopLogger()))))
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
 	return &testRegistry{host: u.Host, c: &counter{next: http.DefaultTransport}}
@@ -351,7 +354,7 @@ type rawManifest struct {
 	body []byte
 }
 
-func (m rawManifest) RawManifest() ([]byte, error)       { return m.body, nil }
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.body, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return m.mt, nil }
 
 func TestAuthFailure(t *testing.T) {
@@ -422,8 +425,40 @@ func TestSpecErrors(t *testing.T) {
 	}
 }
 
-// Pagination is tested against the real registry (e2e): the in-memory one sends no Link.
-func TestSelector(t *testing.T) {
+// paginate pages tag lists with n, last and a Link header, as the
+// distribution spec says (the in-memory registry and Debian's 2.8 registry
+// return every tag at once).
+func paginate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/tags/list") || n == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		full := r.Clone(r.Context())
+		full.URL.RawQuery = ""
+		next.ServeHTTP(rec, full)
+		var list struct {
+			Name string   `json:"name"`
+			Tags []string `json:"tags"`
+		}
+		json.Unmarshal(rec.Body.Bytes(), &list)
+		sort.Strings(list.Tags)
+		last := r.URL.Query().Get("last")
+		i := sort.SearchStrings(list.Tags, last)
+		if last != "" && i < len(list.Tags) && list.Tags[i] == last {
+			i++
+		}
+		page := list.Tags[i:min(i+n, len(list.Tags))]
+		if i+n < len(list.Tags) {
+			w.Header().Set("Link", fmt.Sprintf(`<%s?n=%d&last=%s>; rel="next"`, r.URL.Path, n, page[len(page)-1]))
+		}
+		json.NewEncoder(w).Encode(map[string]any{"name": list.Name, "tags": page})
+	})
+}
+
+func TestSelectorFollowsPages(t *testing.T) {
 	r := newRegistry(t)
 	img := image(t, "amd64", types.OCIManifestSchema1, nil, nil)
 	for i := range 35 {
@@ -431,12 +466,16 @@ func TestSelector(t *testing.T) {
 	}
 	r.push(t, "ml/many:latest", img)
 	repo, _ := name.NewRepository(r.host + "/ml/many")
-	tags, err := Selector{Globs: []string{"v1*", "v2?"}}.Tags(context.Background(), repo, r.opts()...)
+	r.c.reset()
+	tags, err := Selector{Globs: []string{"v1*", "v2?"}}.Tags(context.Background(), repo, append(r.opts(), remote.WithPageSize(7))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(tags) != 20 {
 		t.Fatalf("%d tags", len(tags))
+	}
+	if pages := r.c.count("GET", "/tags/list"); pages != 6 {
+		t.Fatalf("36 tags in pages of 7 took %d requests, want 6", pages)
 	}
 	if _, err := (Selector{Globs: []string{"["}}).Tags(context.Background(), repo); err == nil {
 		t.Fatal("bad glob accepted")

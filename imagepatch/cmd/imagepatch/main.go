@@ -87,7 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 429 and 5xx, with backoff")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
 	fs.BoolVar(&f.json, "json", false, "results as JSON on stdout")
-	if err := fs.Parse(args[1:]); err != nil {
+	positional, err := parseInterspersed(fs, args[1:])
+	if err != nil {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -115,13 +116,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if cmd == "resolve" {
-		if fs.NArg() != 1 {
+		if len(positional) != 1 {
 			fmt.Fprintln(stderr, "imagepatch resolve: give exactly one IMAGE")
 			return 2
 		}
-		return resolve(ctx, p, fs.Arg(0), nameOpts, stdout, stderr)
+		return resolve(ctx, p, positional[0], nameOpts, stdout, stderr)
 	}
-	srcs, err := targets(ctx, f, fs.Args(), nameOpts, ropts)
+	srcs, err := targets(ctx, f, positional, nameOpts, ropts)
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepatch %s: %v\n", cmd, err)
 		if _, usageErr := err.(usageError); usageErr {
@@ -154,6 +155,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type usageError struct{ error }
+
+// parseInterspersed lets flags come before, between and after references.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
 
 func targets(ctx context.Context, f flags, refs []string, nameOpts []name.Option, ropts []remote.Option) ([]name.Tag, error) {
 	var out []name.Tag

@@ -1,0 +1,328 @@
+//go:build e2e
+
+package imagepatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/oomguard/oomguard/internal/registrytest"
+	"github.com/oomguard/oomguard/internal/runcbundle"
+)
+
+func startRegistry(t *testing.T) *registrytest.Registry {
+	t.Helper()
+	r, err := registrytest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "imagepatch")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imagepatch").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v: %s", err, out)
+	}
+	return bin
+}
+
+// cli runs the imagepatch binary with --json and returns its exit code and results.
+func cli(t *testing.T, bin string, args ...string) (int, []Result, string) {
+	t.Helper()
+	cmd := exec.Command(bin, append(args, "--json")...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var res []Result
+	if out.Len() > 0 {
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("--json output: %v\n%s", err, out.String())
+		}
+	}
+	return code, res, errb.String()
+}
+
+func actions(res []Result) map[Action]int {
+	m := map[Action]int{}
+	for _, r := range res {
+		m[r.Action]++
+	}
+	return m
+}
+
+// seed pushes n tags sharing three layers, each with a config of its own.
+func seed(t *testing.T, host, repo string, n int) {
+	t.Helper()
+	base := image(t, "amd64", types.OCIManifestSchema1, []string{"/entrypoint"}, []string{"serve"})
+	for i := range n {
+		cf, _ := base.ConfigFile()
+		cf = cf.DeepCopy()
+		cf.Config.Labels = map[string]string{"build": fmt.Sprint(i)}
+		img, _ := mutate.ConfigFile(base, cf)
+		tag, _ := name.NewTag(fmt.Sprintf("%s/%s:v%03d", host, repo, i))
+		if err := remote.Write(tag, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestE2ERegistry(t *testing.T) {
+	reg := startRegistry(t)
+	bin := buildCLI(t)
+	const n = 300
+	seed(t, reg.Host, "ml/base", n)
+	repo := reg.Host + "/ml/base"
+	reg.Reset()
+
+	code, res, stderr := cli(t, bin, "plan", "--repo", repo, "--tags", "v*")
+	if code != 0 || len(res) != n || actions(res)[ActionPush] != n {
+		t.Fatalf("plan: exit %d, %v, %s", code, actions(res), stderr)
+	}
+	if reg.Count("PUT", "/manifests/") != 0 {
+		t.Fatal("plan wrote to the registry")
+	}
+
+	// Fail some requests: 500 for good on manifests of tags ending in 7,
+	// one 429 then success for tags ending in 3.
+	var throttled sync.Map
+	var throttles atomic.Int64
+	reg.Inject(func(r *http.Request) int {
+		if r.Method != http.MethodPut || !strings.Contains(r.URL.Path, "/manifests/") {
+			return 0
+		}
+		switch {
+		case strings.Contains(r.URL.Path, "7-oomguard-init"):
+			return http.StatusInternalServerError
+		case strings.Contains(r.URL.Path, "3-oomguard-init"):
+			if _, again := throttled.LoadOrStore(r.URL.Path, true); !again {
+				throttles.Add(1)
+				return http.StatusTooManyRequests
+			}
+		}
+		return 0
+	})
+	reg.Reset()
+	code, res, _ = cli(t, bin, "apply", "--repo", repo, "--tags", "v*", "--retries", "2")
+	failed := 0
+	for _, r := range res {
+		if r.Action == ActionFailed {
+			failed++
+			if !strings.HasSuffix(r.Source, "7") || !strings.Contains(r.Error, "injected failure") {
+				t.Errorf("unexpected failure %+v", r)
+			}
+		}
+	}
+	if code != 1 || failed != n/10 || actions(res)[ActionPush] != n-n/10 || throttles.Load() != n/10 {
+		t.Fatalf("apply with failures: exit %d, %v, %d throttled", code, actions(res), throttles.Load())
+	}
+	// The patch layer went up once; no base layer came down.
+	if got := reg.Count("POST", "/blobs/uploads/"); got > n+1 {
+		t.Errorf("%d uploads for %d tags", got, n)
+	}
+	for _, q := range reg.Requests() {
+		if q.Method == http.MethodGet && strings.Contains(q.Path, "/blobs/") && q.Out > 64<<10 {
+			t.Errorf("downloaded a large blob: %+v", q)
+		}
+	}
+
+	reg.Inject(nil)
+	code, res, _ = cli(t, bin, "apply", "--repo", repo, "--tags", "v*")
+	if a := actions(res); code != 0 || a[ActionPush] != n/10 || a[ActionUnchanged] != n-n/10 {
+		t.Fatalf("re-run: exit %d, %v", code, a)
+	}
+	reg.Reset()
+	code, res, _ = cli(t, bin, "apply", "--repo", repo, "--tags", "v*")
+	if code != 0 || actions(res)[ActionUnchanged] != n || reg.Count("PUT", "") != 0 || reg.Count("POST", "") != 0 {
+		t.Fatalf("re-apply pushed: exit %d, %v, %d writes", code, actions(res), reg.Count("PUT", "")+reg.Count("POST", ""))
+	}
+
+	// An upgrade from a patched tag has one patch layer.
+	specFile := filepath.Join(t.TempDir(), "v2.toml")
+	os.WriteFile(specFile, bytes.Replace(ShimSpecTOML(), []byte(`version = "1"`), []byte(`version = "2"`), 1), 0o644)
+	code, res, stderr = cli(t, bin, "apply", "--spec", specFile, repo+":v000-oomguard-init.1")
+	if code != 0 || len(res) != 1 || !res[0].Upgraded || !strings.HasSuffix(res[0].Destination, ":v000-oomguard-init.2") {
+		t.Fatalf("upgrade: exit %d %+v %s", code, res, stderr)
+	}
+	up, _ := remote.Image(mustTag(t, repo+":v000-oomguard-init.2"))
+	if ls, _ := up.Layers(); len(ls) != 4 {
+		t.Fatalf("upgrade has %d layers, want 3 + 1", len(ls))
+	}
+
+	// A different image already at a destination: refused, untouched.
+	seed(t, reg.Host, "ml/other", 1)
+	other, _ := remote.Image(mustTag(t, reg.Host+"/ml/other:v000"))
+	squatter := mustTag(t, reg.Host+"/ml/other:v000-oomguard-init.1")
+	if err := remote.Write(squatter, mutate.MediaType(empty.Image, types.OCIManifestSchema1)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := remote.Head(squatter)
+	code, res, _ = cli(t, bin, "apply", reg.Host+"/ml/other:v000")
+	if after, _ := remote.Head(squatter); code != 1 || res[0].Action != ActionRefused || after.Digest != before.Digest {
+		t.Fatalf("squatted tag: exit %d %+v", code, res)
+	}
+	_ = other
+
+	// resolve: the patched reference, patching on demand.
+	out, err := exec.Command(bin, "resolve", reg.Host+"/ml/base:v001").Output()
+	if err != nil || !strings.Contains(string(out), "/ml/base@sha256:") {
+		t.Fatalf("resolve: %v %s", err, out)
+	}
+	seed(t, reg.Host, "ml/fresh", 1)
+	out, err = exec.Command(bin, "resolve", reg.Host+"/ml/fresh:v000").Output()
+	if err != nil {
+		t.Fatalf("resolve on demand: %v", err)
+	}
+	if _, err := remote.Head(mustTag(t, reg.Host+"/ml/fresh:v000-oomguard-init.1")); err != nil {
+		t.Fatalf("resolve did not push the patched tag (%s): %v", out, err)
+	}
+
+	// Bad inputs: usage errors exit 2 with a clear message.
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"apply", "--spec", "/nonexistent.toml", repo + ":v000"}, 2, "nonexistent.toml"},
+		{[]string{"apply", "--tags", "v*"}, 2, "give --repo"},
+		{[]string{"apply"}, 2, "no targets"},
+		{[]string{"apply", repo + "@sha256:" + strings.Repeat("0", 64)}, 2, "names a digest"},
+		{[]string{"apply", "--tag-template", "{{.Tag", repo + ":v000"}, 2, "tag template"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"apply", "127.0.0.1:1/ml/base:v1"}, 1, "connection refused"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		cmd.Stdout = &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, output %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}
+
+func TestE2EIndex(t *testing.T) {
+	reg := startRegistry(t)
+	bin := buildCLI(t)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	if err := remote.WriteIndex(mustTag(t, reg.Host+"/ml/multi:v1"), idx); err != nil {
+		t.Fatal(err)
+	}
+	code, res, stderr := cli(t, bin, "apply", reg.Host+"/ml/multi:v1")
+	if code != 0 || res[0].Action != ActionPush {
+		t.Fatalf("exit %d %+v %s", code, res, stderr)
+	}
+	got, err := remote.Index(mustTag(t, reg.Host+"/ml/multi:v1-oomguard-init.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, _ := got.IndexManifest()
+	if len(im.Manifests) != 2 {
+		t.Fatalf("%d entries", len(im.Manifests))
+	}
+	if code, res, _ := cli(t, bin, "apply", reg.Host+"/ml/multi:v1"); code != 0 || res[0].Action != ActionUnchanged {
+		t.Fatalf("re-apply: %d %+v", code, res)
+	}
+}
+
+// The patched image, unpacked as a runc bundle, boots through the shim:
+// PID 1 is the image's own init and it has the shim's score.
+func TestE2EPatchedImageBoots(t *testing.T) {
+	if err := runcbundle.Available(); err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the test image is amd64")
+	}
+	reg := startRegistry(t)
+	init := "#!/bin/sh\necho pid=$$ score=$(cat /proc/self/oom_score_adj) args=\"$*\"\n"
+	img, err := runcbundle.BusyboxImage(map[string]runcbundle.ImageFile{"/sbin/init": {Data: []byte(init), Mode: 0o755}}, []string{"/sbin/init", "--system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := mustTag(t, reg.Host+"/ml/vm:v1")
+	if err := remote.Write(src, img); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := New(ShimSpec())
+	if res := p.Apply(context.Background(), src); res.Action != ActionPush {
+		t.Fatalf("%+v", res)
+	}
+	patched, err := remote.Image(mustTag(t, reg.Host+"/ml/vm:v1-oomguard-init.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := runcbundle.New(filepath.Join(t.TempDir(), "vm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.UnpackImage(patched); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := b.Run(ctx, "imagepatch-e2e")
+	if err != nil || out.ExitCode != 0 || strings.TrimSpace(out.Stdout) != "pid=1 score=900 args=--system" {
+		t.Fatalf("%v exit %d stdout %q stderr %q", err, out.ExitCode, out.Stdout, out.Stderr)
+	}
+}
+
+// The shims imagepatch embeds are what make build makes now.
+func TestE2EEmbeddedShimsAreFresh(t *testing.T) {
+	for arch, embedded := range map[string][]byte{"amd64": shimAMD64, "arm64": shimARM64} {
+		out := filepath.Join(t.TempDir(), "shim")
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", out, "../initshim")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		fresh, _ := os.ReadFile(out)
+		if !bytes.Equal(fresh, embedded) {
+			t.Errorf("imagepatch/shim/oomguard-init-linux-%s is stale: run make shims and bump the version in imagepatch/shim.toml", arch)
+		}
+	}
+}
+
+func mustTag(t *testing.T, ref string) name.Tag {
+	t.Helper()
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
+}

@@ -16,10 +16,11 @@ import (
 )
 
 var variantTitles = map[string]string{
-	"without":   "without oomguard",
-	"with-hook": "with oomguard-hook",
-	"with-shim": "with oomguard-init",
-	"with-nri":  "with oomguard-nri",
+	"without":            "without oomguard",
+	"with-hook":          "with oomguard-hook",
+	"with-shim":          "with oomguard-init",
+	"with-nri":           "with oomguard-nri",
+	"with-patched-image": "with imagepatch",
 }
 
 func main() {

@@ -24,13 +24,13 @@ const Binary = "/usr/bin/docker-registry"
 
 // Registry is a running registry and the proxy in front of it.
 type Registry struct {
-	Host    string // the proxy, host:port; use this
-	Direct  string // the registry itself
-	cmd     *exec.Cmd
-	proxy   *http.Server
-	mu      sync.Mutex
-	log     []Request
-	inject  func(r *http.Request) int
+	Host   string // the proxy, host:port; use this
+	Direct string // the registry itself
+	cmd    *exec.Cmd
+	proxy  *http.Server
+	mu     sync.Mutex
+	log    []Request
+	inject func(r *http.Request) int
 }
 
 // Request is one request that passed the proxy.

@@ -40,12 +40,12 @@ type Variant struct {
 	Check func(r *Run) error
 }
 
-var registry []Scenario
+var scenarios []Scenario
 
-func register(s Scenario) { registry = append(registry, s) }
+func register(s Scenario) { scenarios = append(scenarios, s) }
 
 // Scenarios lists the registered scenarios in file order.
-func Scenarios() []Scenario { return registry }
+func Scenarios() []Scenario { return scenarios }
 
 // Paths inside the VM.
 const (

@@ -1,14 +1,23 @@
 package vmharness
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/oomguard/oomguard/imagepatch"
 	"github.com/oomguard/oomguard/internal/nriruntime"
 	"github.com/oomguard/oomguard/internal/runcbundle"
 )
@@ -89,4 +98,41 @@ func WithNRI(g *Guest, b *runcbundle.Bundle) error {
 		return fmt.Errorf("CreateContainer through NRI: %w", err)
 	}
 	return nriruntime.ApplyAdjustment(b.Spec, rsp.GetAdjust())
+}
+
+// WithPatchedImage makes the bundle's rootfs and command from an image that
+// imagepatch patched with the built-in shim: the pod image (a static busybox
+// with files) is pushed to an in-memory registry, patched there, and the
+// result unpacked into the bundle, as a runtime would pull it.
+func WithPatchedImage(b *runcbundle.Bundle, files map[string]runcbundle.ImageFile, cmd []string) error {
+	img, err := runcbundle.BusyboxImage(files, cmd)
+	if err != nil {
+		return err
+	}
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	src, err := name.NewTag(strings.TrimPrefix(srv.URL, "http://") + "/pods/vm:v1")
+	if err != nil {
+		return err
+	}
+	if err := remote.Write(src, img); err != nil {
+		return err
+	}
+	p, err := imagepatch.New(imagepatch.ShimSpec())
+	if err != nil {
+		return err
+	}
+	res := p.Apply(context.Background(), src)
+	if res.Action != imagepatch.ActionPush {
+		return fmt.Errorf("imagepatch: %s %s", res.Action, res.Error)
+	}
+	dst, err := name.NewTag(res.Destination)
+	if err != nil {
+		return err
+	}
+	patched, err := remote.Image(dst)
+	if err != nil {
+		return err
+	}
+	return b.UnpackImage(patched)
 }

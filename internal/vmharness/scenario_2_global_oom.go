@@ -2,8 +2,11 @@ package vmharness
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+
+	"github.com/oomguard/oomguard/internal/runcbundle"
 )
 
 // nodeDaemons stand for the daemons the incident's node lost, at score 0.
@@ -42,6 +45,18 @@ func init() {
 				return WithShim(g, b)
 			case "nri":
 				return WithNRI(g, b)
+			case "image":
+				hog, err := os.ReadFile(g.Bin("guest"))
+				if err != nil {
+					return err
+				}
+				if err := WithPatchedImage(b, map[string]runcbundle.ImageFile{
+					"/sbin/init": {Data: []byte(podInit), Mode: 0o755},
+					"/bin/hog":   {Data: hog, Mode: 0o755},
+				}, []string{"/sbin/init"}); err != nil {
+					return err
+				}
+				AsKubeletGuaranteed(b, 0) // the unpacked image brings its own args
 			}
 			return nil
 		}
@@ -82,6 +97,7 @@ report
 			{Name: "with-hook", Setup: setup("hook"), Check: protected},
 			{Name: "with-shim", Setup: setup("shim"), Check: protected},
 			{Name: "with-nri", Setup: setup("nri"), Check: protected},
+			{Name: "with-patched-image", Setup: setup("image"), Check: protected},
 		},
 	})
 }

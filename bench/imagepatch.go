@@ -1,0 +1,199 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/internal/registrytest"
+)
+
+func init() { sections = append(sections, section{"imagepatch", benchImagepatch}) }
+
+const (
+	benchTags     = 200
+	benchLayerMiB = 10
+	craneVersion  = "v0.22.1"
+)
+
+// benchImagepatch patches 200 tags of 3 × 10 MB layers in Debian's registry
+// with imagepatch, and the same patch with a loop of crane append + crane
+// mutate on an identical repository, in the same run.
+func benchImagepatch(int) (bool, error) {
+	bin, err := filepath.Abs("bin/imagepatch")
+	if err != nil {
+		return false, err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return false, fmt.Errorf("%s is missing: run make build", bin)
+	}
+	crane, err := buildCrane()
+	if err != nil {
+		return false, err
+	}
+	dir, err := os.MkdirTemp("", "oomguard-bench-imagepatch")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(dir)
+	reg, err := registrytest.Start(dir)
+	if err != nil {
+		return false, err
+	}
+	defer reg.Stop()
+
+	fmt.Fprintf(os.Stderr, "seeding %d tags × 2 repositories…\n", benchTags)
+	baseLayers, err := seedBench(reg.Host, []string{"bench/ip", "bench/crane"})
+	if err != nil {
+		return false, err
+	}
+	layerTar := filepath.Join(dir, "patch.tar")
+	if err := os.WriteFile(layerTar, mustLayerTar(), 0o644); err != nil {
+		return false, err
+	}
+
+	reg.Reset()
+	start := time.Now()
+	out, err := exec.Command(bin, "apply", "--repo", reg.Host+"/bench/ip", "--tag-regex", "^t[0-9]+$", "--jobs", "8").CombinedOutput()
+	ipTime := time.Since(start)
+	if err != nil {
+		return false, fmt.Errorf("imagepatch apply: %v\n%s", err, out)
+	}
+	var up, baseDown int64
+	for _, q := range reg.Requests() {
+		if q.Method == http.MethodPut || q.Method == http.MethodPatch || q.Method == http.MethodPost {
+			up += q.In
+		}
+		if q.Method == http.MethodGet && strings.Contains(q.Path, "/blobs/") {
+			for _, d := range baseLayers {
+				if strings.HasSuffix(q.Path, d) {
+					baseDown += q.Out
+				}
+			}
+		}
+	}
+	patchLayer, _ := imagepatch.ShimSpec().Layer("amd64", types.OCILayer)
+	pl, _ := patchLayer.Size()
+	perTag := float64(up-pl) / benchTags
+
+	start = time.Now()
+	for i := range benchTags {
+		src := fmt.Sprintf("%s/bench/crane:t%03d", reg.Host, i)
+		dst := src + "-crane"
+		if out, err := exec.Command(crane, "append", "-b", src, "-f", layerTar, "-t", dst).CombinedOutput(); err != nil {
+			return false, fmt.Errorf("crane append: %v: %s", err, out)
+		}
+		if out, err := exec.Command(crane, "mutate", dst, "--entrypoint", "/.oomguard/oomguard-init,--,/entrypoint", "-t", dst).CombinedOutput(); err != nil {
+			return false, fmt.Errorf("crane mutate: %v: %s", err, out)
+		}
+	}
+	craneTime := time.Since(start)
+
+	speedup := float64(craneTime) / float64(ipTime)
+	ok := speedup >= 5 && perTag <= 16<<10 && baseDown == 0
+	fmt.Printf("imagepatch: %d tags of 3 × %d MB layers in Debian's docker-registry\n", benchTags, benchLayerMiB)
+	fmt.Printf("  %-34s %10s\n", "crane append + crane mutate loop", fmt.Sprintf("%.1f s", craneTime.Seconds()))
+	fmt.Printf("  %-34s %10s\n", "imagepatch apply --jobs 8", fmt.Sprintf("%.1f s", ipTime.Seconds()))
+	fmt.Printf("  speed-up %.1f× (goal ≥ 5×); uploaded %.1f KiB per tag after the patch layer (goal ≤ 16 KiB); base-layer bytes downloaded: %d (goal 0): %s\n",
+		speedup, perTag/1024, baseDown, verdict(ok))
+	return ok, nil
+}
+
+// seedBench pushes the same three layers and benchTags configs to each repository.
+func seedBench(host string, repos []string) ([]string, error) {
+	var layers []v1.Layer
+	var digests []string
+	for range 3 {
+		l, err := random.Layer(benchLayerMiB<<20, types.OCILayer)
+		if err != nil {
+			return nil, err
+		}
+		d, _ := l.Digest()
+		layers, digests = append(layers, l), append(digests, d.String())
+	}
+	base, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layers...)
+	if err != nil {
+		return nil, err
+	}
+	for _, repo := range repos {
+		for i := range benchTags {
+			cf, err := base.ConfigFile()
+			if err != nil {
+				return nil, err
+			}
+			cf = cf.DeepCopy()
+			cf.OS, cf.Architecture = "linux", "amd64"
+			cf.Config.Entrypoint = []string{"/entrypoint"}
+			cf.Config.Labels = map[string]string{"build": fmt.Sprint(i)}
+			img, err := mutate.ConfigFile(base, cf)
+			if err != nil {
+				return nil, err
+			}
+			tag, err := name.NewTag(fmt.Sprintf("%s/%s:t%03d", host, repo, i))
+			if err != nil {
+				return nil, err
+			}
+			if err := remote.Write(tag, img); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return digests, nil
+}
+
+func mustLayerTar() []byte {
+	l, _ := imagepatch.ShimSpec().Layer("amd64", types.OCILayer)
+	rc, _ := l.Uncompressed()
+	defer rc.Close()
+	var b strings.Builder
+	buf := make([]byte, 1<<16)
+	for {
+		n, err := rc.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return []byte(b.String())
+}
+
+// buildCrane builds go-containerregistry's crane from the module proxy, once.
+func buildCrane() (string, error) {
+	cache, err := filepath.Abs(filepath.Join("build", "bench"))
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "crane-"+craneVersion)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	mod := filepath.Join(cache, "crane-module")
+	os.MkdirAll(mod, 0o755)
+	steps := [][]string{
+		{"go", "mod", "init", "cranebuild"},
+		{"go", "get", "github.com/google/go-containerregistry/cmd/crane@" + craneVersion},
+		{"go", "build", "-o", bin, "github.com/google/go-containerregistry/cmd/crane"},
+	}
+	for _, s := range steps {
+		cmd := exec.Command(s[0], s[1:]...)
+		cmd.Dir = mod
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		if out, err := cmd.CombinedOutput(); err != nil && !strings.Contains(string(out), "already exists") {
+			return "", fmt.Errorf("build crane (%s): %v: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	return bin, nil
+}

@@ -28,7 +28,25 @@ type Config struct {
 	Log         Log         `toml:"log"`
 	Annotations Annotations `toml:"annotations"`
 	NRI         NRI         `toml:"nri"`
+	Doctor      Doctor      `toml:"doctor"`
 	Rules       []Rule      `toml:"rule"`
+}
+
+// Doctor holds the settings of oomguard-doctor.
+type Doctor struct {
+	// Daemons are the node's own processes (by name) that must outlive pods.
+	Daemons []string `toml:"daemons"`
+	// DyingMemcgsWarning and DyingMemcgsCritical are zombie memory cgroup thresholds.
+	DyingMemcgsWarning  int `toml:"dying_memcgs_warning"`
+	DyingMemcgsCritical int `toml:"dying_memcgs_critical"`
+}
+
+// DefaultDaemons are the node daemons whose loss took the incident's node down.
+var DefaultDaemons = []string{
+	"sshd", "kubelet", "containerd", "crio", "dockerd", "containerd-shim", "conmon",
+	"systemd", "systemd-networkd", "systemd-resolved", "systemd-journald", "systemd-logind", "systemd-udevd",
+	"dbus-daemon", "dbus-broker", "chronyd", "ntpd", "rpcbind", "rpc.mountd", "agetty", "NetworkManager",
+	"rngd", "amazon-ssm-agent", "node_exporter",
 }
 
 // Log says where and how programs log.
@@ -117,6 +135,7 @@ func Default() *Config {
 			PluginIndex:    "10",
 			VerifyInterval: Duration{60 * time.Second},
 		},
+		Doctor: Doctor{Daemons: DefaultDaemons, DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
 	}
 }
 
@@ -195,6 +214,9 @@ func (c *Config) Validate() error {
 			continue
 		}
 		c.Annotations.trusted = append(c.Annotations.trusted, re)
+	}
+	if c.Doctor.DyingMemcgsWarning < 0 || c.Doctor.DyingMemcgsCritical < c.Doctor.DyingMemcgsWarning {
+		add("doctor.dying_memcgs_warning %d and doctor.dying_memcgs_critical %d: want 0 ≤ warning ≤ critical", c.Doctor.DyingMemcgsWarning, c.Doctor.DyingMemcgsCritical)
 	}
 	if c.NRI.VerifyInterval.Duration < 0 {
 		add("nri.verify_interval %s: want 0 (off) or a positive duration", c.NRI.VerifyInterval)

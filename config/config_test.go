@@ -69,6 +69,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad trusted glob", "[annotations]\ntrusted_namespaces=['kube-[']", []string{"unterminated '['"}},
 		{"bad duration", "[nri]\nverify_interval='soon'", []string{`"soon" is not a duration`}},
 		{"negative duration", "[nri]\nverify_interval='-5s'", []string{"nri.verify_interval -5s"}},
+		{"doctor thresholds", "[doctor]\ndying_memcgs_warning=10\ndying_memcgs_critical=5", []string{"doctor.dying_memcgs_warning 10"}},
 		{"no name", "[[rule]]\noom_score_adj=1", []string{"rule #1 has no name"}},
 		{"duplicate", "[[rule]]\nname='a'\n[[rule]]\nname='a'", []string{`rule #2 "a": the name is already used by rule #1`}},
 		{"score high", "[[rule]]\nname='a'\noom_score_adj=1001", []string{`rule #1 "a": oom_score_adj 1001`}},

@@ -1,0 +1,285 @@
+package kernel
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Process is what /proc says about one process.
+type Process struct {
+	Pid, PPid   int
+	Comm        string
+	Cmdline     []string
+	OOMScore    int
+	OOMScoreAdj int
+	Cgroup      string // in the memory controller's hierarchy; "" when unknown
+	Kernel      bool   // a kernel thread: no mm, never an OOM victim
+}
+
+// ReadProcess reads one process; it fails when the process is gone.
+func ReadProcess(root string, mode Mode, pid int) (Process, error) {
+	p := Process{Pid: pid}
+	stat, err := os.ReadFile(procPath(root, pid, "stat"))
+	if err != nil {
+		return p, err
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	s := string(stat)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return p, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	p.Comm = s[open+1 : closing]
+	fields := strings.Fields(s[closing+1:])
+	if len(fields) < 2 {
+		return p, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	p.PPid, _ = strconv.Atoi(fields[1])
+	if len(fields) > 6 {
+		flags, _ := strconv.ParseUint(fields[6], 10, 64)
+		p.Kernel = flags&0x00200000 != 0 // PF_KTHREAD
+	}
+	if p.Cmdline, err = Cmdline(root, pid); err != nil {
+		return p, err
+	}
+	if p.OOMScore, err = ReadOOMScore(root, pid); err != nil {
+		return p, err
+	}
+	if p.OOMScoreAdj, err = ReadOOMScoreAdj(root, pid); err != nil {
+		return p, err
+	}
+	p.Cgroup, _ = ProcCgroup(root, mode, pid)
+	return p, nil
+}
+
+// ReadSysctl returns /proc/sys/NAME (dots or slashes) trimmed.
+func ReadSysctl(root, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "proc", "sys", strings.ReplaceAll(name, ".", "/")))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// CmdlineParams parses /proc/cmdline into its parameters, in order; a
+// parameter may repeat (console= often does).
+func CmdlineParams(root string) ([][2]string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "proc", "cmdline"))
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, f := range strings.Fields(string(b)) {
+		k, v, _ := strings.Cut(f, "=")
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
+// Console is one line of /proc/consoles.
+type Console struct {
+	Name    string // ttyS0, tty0, hvc0
+	Enabled bool   // E flag
+	Flags   string
+}
+
+// Consoles reads /proc/consoles.
+func Consoles(root string) ([]Console, error) {
+	f, err := os.Open(filepath.Join(root, "proc", "consoles"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Console
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		c := Console{Name: fields[0]}
+		if i, j := strings.IndexByte(line, '('), strings.IndexByte(line, ')'); i >= 0 && j > i {
+			c.Flags = line[i+1 : j]
+			c.Enabled = strings.Contains(c.Flags, "E")
+		}
+		out = append(out, c)
+	}
+	return out, sc.Err()
+}
+
+// CPUTimes is one cpu line of /proc/stat, in clock ticks.
+type CPUTimes struct {
+	CPU                                                   int // -1 for the aggregate line
+	User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal uint64
+}
+
+// Total is the sum of every field.
+func (c CPUTimes) Total() uint64 {
+	return c.User + c.Nice + c.System + c.Idle + c.IOWait + c.IRQ + c.SoftIRQ + c.Steal
+}
+
+// ReadCPUTimes parses a /proc/stat-format file under root (proc/stat normally).
+func ReadCPUTimes(root, file string) ([]CPUTimes, error) {
+	f, err := os.Open(filepath.Join(root, file))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []CPUTimes
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 9 || !strings.HasPrefix(fields[0], "cpu") {
+			continue
+		}
+		c := CPUTimes{CPU: -1}
+		if fields[0] != "cpu" {
+			c.CPU, err = strconv.Atoi(fields[0][3:])
+			if err != nil {
+				continue
+			}
+		}
+		v := make([]uint64, 8)
+		for i := range v {
+			v[i], _ = strconv.ParseUint(fields[i+1], 10, 64)
+		}
+		c.User, c.Nice, c.System, c.Idle, c.IOWait, c.IRQ, c.SoftIRQ, c.Steal = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
+		out = append(out, c)
+	}
+	return out, sc.Err()
+}
+
+// Interrupt is one numbered line of /proc/interrupts.
+type Interrupt struct {
+	IRQ    int
+	Counts []uint64 // per CPU
+	Name   string   // the last field: the device, e.g. "ena-Tx-Rx-3"
+	Chip   string   // the rest, e.g. "PCI-MSI 2097153-edge"
+}
+
+// Interrupts reads /proc/interrupts.
+func Interrupts(root string) ([]Interrupt, error) {
+	f, err := os.Open(filepath.Join(root, "proc", "interrupts"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	ncpu := 0
+	var out []Interrupt
+	for sc.Scan() {
+		line := sc.Text()
+		if ncpu == 0 {
+			ncpu = len(strings.Fields(line))
+			continue
+		}
+		label, rest, ok := strings.Cut(line, ":")
+		irq, err := strconv.Atoi(strings.TrimSpace(label))
+		if !ok || err != nil {
+			continue
+		}
+		fields := strings.Fields(rest)
+		in := Interrupt{IRQ: irq}
+		i := 0
+		for ; i < len(fields) && i < ncpu; i++ {
+			n, err := strconv.ParseUint(fields[i], 10, 64)
+			if err != nil {
+				break
+			}
+			in.Counts = append(in.Counts, n)
+		}
+		if i < len(fields) {
+			in.Name = fields[len(fields)-1]
+			in.Chip = strings.Join(fields[i:len(fields)-1], " ")
+		}
+		out = append(out, in)
+	}
+	return out, sc.Err()
+}
+
+// IRQAffinity returns the CPUs an interrupt is delivered to:
+// effective_affinity_list when the kernel has it, else smp_affinity_list.
+func IRQAffinity(root string, irq int) ([]int, error) {
+	dir := filepath.Join(root, "proc", "irq", strconv.Itoa(irq))
+	b, err := os.ReadFile(filepath.Join(dir, "effective_affinity_list"))
+	if err != nil || strings.TrimSpace(string(b)) == "" {
+		if b, err = os.ReadFile(filepath.Join(dir, "smp_affinity_list")); err != nil {
+			return nil, err
+		}
+	}
+	return ParseCPUList(strings.TrimSpace(string(b)))
+}
+
+// ParseCPUList parses "0-3,8,10-11".
+func ParseCPUList(s string) ([]int, error) {
+	var out []int
+	if s == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("cpu list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("cpu list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// DyingMemcgs counts memory cgroups that were removed but are still held by
+// the kernel: nr_dying_descendants of the root cgroup.stat on v2; on v1,
+// /proc/cgroups' count for memory less the cgroups still in the tree.
+func DyingMemcgs(root string, mode Mode) (int, error) {
+	if mode == ModeV2 {
+		b, err := os.ReadFile(filepath.Join(root, CgroupMount, "cgroup.stat"))
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == "nr_dying_descendants" {
+				return strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		return 0, fmt.Errorf("no nr_dying_descendants in cgroup.stat")
+	}
+	b, err := os.ReadFile(filepath.Join(root, "proc", "cgroups"))
+	if err != nil {
+		return 0, err
+	}
+	total := -1
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "memory" {
+			total, _ = strconv.Atoi(f[2])
+		}
+	}
+	if total < 0 {
+		return 0, fmt.Errorf("no memory controller in /proc/cgroups")
+	}
+	live := 0
+	err = filepath.WalkDir(filepath.Join(root, CgroupMount, "memory"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			live++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return max(total-live, 0), nil
+}

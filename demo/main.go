@@ -69,7 +69,9 @@ because the pod's -997 makes it all but immune. With oomguard-hook the container
 created with memory.oom.group 0 and oom_score_adj 900: only the runaway dies, in
 both cases. oomguard-init, baked into the image, raises the score from inside, so
 the node's daemons live; the container still dies whole, because only the node
-side (the hook or the NRI plugin) can turn memory.oom.group off.
+side (the hook or the NRI plugin) can turn memory.oom.group off. oomguard-doctor
+names both risks on such a node: the whole-container kill, and a serial console
+that one OOM task dump holds for seconds with interrupts off.
 
 Done in %.0fs.
 `, time.Since(start).Seconds())
@@ -103,6 +105,15 @@ func narrate(r *vmharness.Run) string {
 	case len(alive) > 0:
 		b.WriteString("; every node daemon lived")
 	}
+	var checks []string
+	for _, m := range r.Results {
+		if c, ok := m["check"]; ok {
+			checks = append(checks, c+" "+severityNames[m["severity"]])
+		}
+	}
+	if len(checks) > 0 {
+		b.WriteString("; the doctor says: " + strings.Join(checks, ", "))
+	}
 	if p := r.Result("pid1"); p != nil {
 		fmt.Fprintf(&b, "; PID 1 and %s services lived", p["services_alive"])
 	} else if slices.Contains(killed, "init") {
@@ -110,6 +121,8 @@ func narrate(r *vmharness.Run) string {
 	}
 	return b.String()
 }
+
+var severityNames = map[string]string{"0": "ok", "1": "info", "2": "unknown", "3": "WARNING", "4": "CRITICAL"}
 
 func uniq(s []string) []string {
 	var out []string

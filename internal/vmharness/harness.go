@@ -58,7 +58,7 @@ const (
 // Env is what every boot needs: a kernel and the binaries, built once.
 type Env struct {
 	Kernel  string
-	BinDir  string // oomguard-hook, oomguard-init, oomguard-nri, guest
+	BinDir  string // oomguard-hook, oomguard-init, oomguard-nri, oomguard-doctor, guest
 	RepoDir string
 	WorkDir string
 	Timeout time.Duration
@@ -77,7 +77,7 @@ func NewEnv(ctx context.Context, repoDir, buildDir string) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Kernel: k, BinDir: filepath.Join(buildDir, "bin"), RepoDir: repoDir, WorkDir: filepath.Join(buildDir, "work"), Timeout: 3 * time.Minute}
-	for name, pkg := range map[string]string{"oomguard-hook": "./hook", "oomguard-init": "./initshim", "oomguard-nri": "./nri-plugin", "guest": "./internal/vmharness/guest"} {
+	for name, pkg := range map[string]string{"oomguard-hook": "./hook", "oomguard-init": "./initshim", "oomguard-nri": "./nri-plugin", "oomguard-doctor": "./doctor", "guest": "./internal/vmharness/guest"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(e.BinDir, name), pkg)
 		cmd.Dir = repoDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
@@ -283,7 +283,7 @@ func (e *Env) base(g *Guest, s Scenario) error {
 			return err
 		}
 	}
-	for _, name := range []string{"oomguard-hook", "oomguard-init"} {
+	for _, name := range []string{"oomguard-hook", "oomguard-init", "oomguard-doctor"} {
 		if err := a.copyFile(GuestBin+"/"+name, g.Bin(name)); err != nil {
 			return err
 		}
@@ -354,6 +354,19 @@ run_pod() {
 	cat /tmp/$1.out
 	sed 's/^/@@STDERR /' /tmp/$1.err
 	echo "@@RESULT pod_exit=$code"
+}
+
+# start_pod NAME: start /bundles/NAME in the background (runc run -d).
+start_pod() {
+	runc --root /run/runc run -d --no-pivot -b /bundles/$1 $1 </dev/null >/tmp/$1.out 2>&1 || sed 's/^/@@STDERR /' /tmp/$1.out
+}
+
+# doctor: run oomguard-doctor, show its report, and report each check's
+# severity as @@RESULT check=NAME severity=N (0 ok … 4 critical).
+doctor() {
+	/oomguard/bin/oomguard-doctor --sample 0 "$@" | sed 's/^/@@DOCTOR /'
+	/oomguard/bin/oomguard-doctor --sample 0 --prometheus "$@" |
+		sed -n 's/^oomguard_doctor_severity{check="\([^"]*\)"} \([0-9]\)$/@@RESULT check=\1 severity=\2/p'
 }
 
 # report: the kernel's OOM kills and the hook's log, for the harness.

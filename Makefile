@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Static, reproducible binaries: no cgo, no paths, no VCS stamps, no build id.
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w -buildid='
 
-CMDS := oomguard-hook=./hook oomguard-init=./initshim oomguard-nri=./nri-plugin imagepatch=./imagepatch/cmd/imagepatch
+CMDS := oomguard-hook=./hook oomguard-init=./initshim oomguard-nri=./nri-plugin imagepatch=./imagepatch/cmd/imagepatch oomguard-doctor=./doctor
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
 

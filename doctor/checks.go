@@ -76,8 +76,9 @@ func loadNode(root string, cfg *config.Config, sample time.Duration) (*node, err
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			r := kernel.NewProcReader(root, n.mode)
 			for i := w; i < len(pids); i += workers {
-				p, err := kernel.ReadProcess(root, n.mode, pids[i])
+				p, err := r.Read(pids[i])
 				procs[i], ok[i] = p, err == nil // a process that exited meanwhile is skipped
 			}
 		}()

@@ -338,11 +338,21 @@ func TestOutputsAndErrors(t *testing.T) {
 		{[]string{"extra"}, 4, "flags only"},
 		{[]string{"--root", filepath.Join(t.TempDir(), "nothing")}, 4, "list processes"},
 		{[]string{"--config", "/nonexistent.toml"}, 4, "nonexistent.toml"},
+		{[]string{"--interval", "1m"}, 4, "--interval needs --output"},
+		{[]string{"--root", root, "--sample", "0", "--prometheus", "--output", "/proc/none/x.prom"}, 4, "/proc/none"},
 	} {
 		errb.Reset()
 		if code := run(tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d %q", tc.args, code, errb.String())
 		}
+	}
+	// --output writes the textfile atomically.
+	prom := filepath.Join(t.TempDir(), "oomguard.prom")
+	if code := run([]string{"--root", root, "--sample", "0", "--prometheus", "--output", prom, "--config", writeDefaultConfig(t)}, &out, &errb); code != 2 {
+		t.Fatalf("--output: exit %d %s", code, errb.String())
+	}
+	if b, _ := os.ReadFile(prom); !strings.Contains(string(b), "oomguard_doctor_severity") {
+		t.Fatalf("textfile: %s", b)
 	}
 	// A tree with processes only: everything else degrades to unknown, no crash.
 	bare := t.TempDir()

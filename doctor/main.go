@@ -2,12 +2,13 @@
 // the incidents found, worst first, each with its fix. It never writes to
 // the node.
 //
-//	oomguard-doctor [--root DIR] [--json | --prometheus] [--tree] [--sample D]
+//	oomguard-doctor [--root DIR] [--json | --prometheus] [--tree] [--sample D] [--output FILE [--interval D]]
 //
 // Exit status: 0 ok, 1 warning, 2 critical, 4 usage or read errors.
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/atomicfile"
 )
 
 func main() {
@@ -36,11 +38,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sample := fl.Duration("sample", time.Second, "per-core CPU sample length; 0 skips it")
 	cfgPath := fl.String("config", "", "configuration (default $OOMGUARD_CONFIG or "+config.DefaultPath+"; defaults when missing)")
 	daemons := fl.String("daemons", "", "comma-separated node daemon names, replacing the configured list")
+	output := fl.String("output", "", "write the report to this file (atomically) instead of stdout")
+	interval := fl.Duration("interval", 0, "with --output: run again every interval, forever (a DaemonSet's periodic check)")
 	if err := fl.Parse(args); err != nil {
 		return 4
 	}
-	if fl.NArg() > 0 || (*asJSON && *prom) {
-		fmt.Fprintln(stderr, "oomguard-doctor: takes flags only; --json and --prometheus exclude each other")
+	if fl.NArg() > 0 || (*asJSON && *prom) || (*interval > 0 && *output == "") {
+		fmt.Fprintln(stderr, "oomguard-doctor: takes flags only; --json and --prometheus exclude each other; --interval needs --output")
 		return 4
 	}
 	cfg, err := config.Load(config.Path(*cfgPath))
@@ -54,7 +58,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *daemons != "" {
 		cfg.Doctor.Daemons = strings.Split(*daemons, ",")
 	}
-	n, err := loadNode(*root, cfg, *sample)
+	for {
+		var buf bytes.Buffer
+		w := stdout
+		if *output != "" {
+			w = &buf
+		}
+		code := report(w, stderr, *root, cfg, *sample, *asJSON, *prom, *tree)
+		if *output != "" {
+			if err := atomicfile.Write(*output, buf.Bytes(), 0o644); err != nil {
+				fmt.Fprintf(stderr, "oomguard-doctor: %v\n", err)
+				return 4
+			}
+		}
+		if *interval <= 0 {
+			return code
+		}
+		time.Sleep(*interval)
+	}
+}
+
+// report examines the node once and writes the findings; it returns the exit status.
+func report(stdout, stderr io.Writer, root string, cfg *config.Config, sample time.Duration, asJSON, prom, tree bool) int {
+	n, err := loadNode(root, cfg, sample)
 	if err != nil {
 		fmt.Fprintf(stderr, "oomguard-doctor: %v\n", err)
 		return 4
@@ -62,15 +88,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	findings := []Finding{n.checkRanking(), n.checkGroupKill(), n.checkConsole(), n.checkZombies(), n.checkNICCPU()}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity > findings[j].Severity })
 	switch {
-	case *asJSON:
+	case asJSON:
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"root": *root, "findings": findings})
-	case *prom:
+		enc.Encode(map[string]any{"root": root, "findings": findings})
+	case prom:
 		writePrometheus(stdout, findings)
 	default:
-		writeText(stdout, *root, findings, isTerminal(stdout))
-		if *tree {
+		writeText(stdout, root, findings, isTerminal(stdout))
+		if tree {
 			fmt.Fprintln(stdout)
 			n.writeTree(stdout)
 		}

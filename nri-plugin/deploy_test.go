@@ -73,6 +73,9 @@ func TestDeployManifests(t *testing.T) {
 	if !slices.Contains(paths, "/var/run/nri") || !slices.Contains(paths, "/proc") || !slices.Contains(paths, "/sys/fs/cgroup") {
 		t.Errorf("hostPath volumes %v", paths)
 	}
+	if len(spec["containers"].([]any)) != 2 {
+		t.Errorf("want the plugin and the doctor containers")
+	}
 	if !slices.Equal(configMaps, []string{"oomguard-config"}) {
 		t.Errorf("configMaps %v", configMaps)
 	}

@@ -1,7 +1,6 @@
 package kernel
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -71,23 +70,23 @@ func MemoryCgroupDir(root string, mode Mode, cg string) string {
 // memory controller: the "0::" line on v2, the "memory" line on v1 and hybrid.
 func ProcCgroup(root string, mode Mode, pid int) (string, error) {
 	p := procPath(root, pid, "cgroup")
-	f, err := os.Open(p)
+	b, err := os.ReadFile(p)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	cg, err := parseProcCgroup(f, mode)
+	cg, err := cgroupLine(string(b), mode)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", p, err)
 	}
 	return cg, nil
 }
 
-func parseProcCgroup(f *os.File, mode Mode) (string, error) {
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+// cgroupLine finds the path in the text of /proc/PID/cgroup: the "0::"
+// line on v2, the memory controller's line on v1 and hybrid.
+func cgroupLine(text string, mode Mode) (string, error) {
+	for _, line := range strings.Split(text, "\n") {
 		// hierarchy-ID:controller-list:cgroup-path; the path may itself hold ':'.
-		parts := strings.SplitN(sc.Text(), ":", 3)
+		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
@@ -97,9 +96,6 @@ func parseProcCgroup(f *os.File, mode Mode) (string, error) {
 		if mode != ModeV2 && slices.Contains(strings.Split(parts[1], ","), "memory") {
 			return parts[2], nil
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
 	}
 	want := "memory controller"
 	if mode == ModeV2 {

@@ -57,6 +57,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer, uninstall bool) int {
 	runtime := fs.String("runtime", "auto", "auto, containerd, crio, or both")
 	binary := fs.String("binary", "", "the oomguard-nri binary to install (default: this one)")
 	cfgPath := fs.String("config", config.DefaultPath, "the oomguard configuration the plugin reads, as a path on the node")
+	nriOnly := fs.Bool("nri-only", false, "only enable NRI in the runtime, for the DaemonSet: no plugin binary or config link")
 	ctrdVersion := fs.Int("containerd-config-version", 0, "config version for a new containerd config.toml: 2 (containerd 1.7) or 3 (2.x); 0 keeps the existing one's")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -70,7 +71,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer, uninstall bool) int {
 	if uninstall {
 		err = in.uninstall()
 	} else {
-		err = in.install(*runtime, *binary, *cfgPath, *ctrdVersion)
+		err = in.install(*runtime, *binary, *cfgPath, *ctrdVersion, *nriOnly)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "oomguard-nri %s: %v\n", name, err)
@@ -81,7 +82,7 @@ func cmdInstall(args []string, stdout, stderr io.Writer, uninstall bool) int {
 
 func (in *installer) host(p string) string { return filepath.Join(in.root, p) }
 
-func (in *installer) install(runtime, binary, cfgPath string, ctrdVersion int) error {
+func (in *installer) install(runtime, binary, cfgPath string, ctrdVersion int, nriOnly bool) error {
 	cfg := config.Default()
 	if c, err := config.Load(in.host(cfgPath)); err == nil {
 		cfg = c
@@ -109,25 +110,10 @@ func (in *installer) install(runtime, binary, cfgPath string, ctrdVersion int) e
 	}
 	in.man = in.readManifest()
 
-	if binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find this binary (%w): pass --binary", err)
+	if !nriOnly {
+		if err := in.plugin(cfg, binary, cfgPath); err != nil {
+			return err
 		}
-		binary = exe
-	}
-	bin, err := os.ReadFile(binary)
-	if err != nil {
-		return fmt.Errorf("read the plugin binary: %w", err)
-	}
-	plugin := path.Join(pluginDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName)
-	if err := in.writeFile(plugin, bin, 0o755); err != nil {
-		return err
-	}
-	// The runtime passes this file to the plugin at Configure: a link keeps
-	// one configuration for the plugin, the hook and the doctor.
-	if err := in.symlink(path.Join(pluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath); err != nil {
-		return err
 	}
 	if useContainerd {
 		if err := in.containerd(cfg, ctrdVersion); err != nil {
@@ -143,12 +129,33 @@ func (in *installer) install(runtime, binary, cfgPath string, ctrdVersion int) e
 		return err
 	}
 	if useContainerd {
-		fmt.Fprintln(in.out, "restart containerd to load the plugin: systemctl restart containerd")
+		fmt.Fprintln(in.out, "restart containerd to apply: systemctl restart containerd")
 	}
 	if useCRIO {
-		fmt.Fprintln(in.out, "restart CRI-O to load the plugin: systemctl restart crio")
+		fmt.Fprintln(in.out, "restart CRI-O to apply: systemctl restart crio")
 	}
 	return nil
+}
+
+// plugin puts the binary where the runtime launches plugins, with its config.
+func (in *installer) plugin(cfg *config.Config, binary, cfgPath string) error {
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this binary (%w): pass --binary", err)
+		}
+		binary = exe
+	}
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return fmt.Errorf("read the plugin binary: %w", err)
+	}
+	if err := in.writeFile(path.Join(pluginDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName), bin, 0o755); err != nil {
+		return err
+	}
+	// The runtime passes this file to the plugin at Configure: a link keeps
+	// one configuration for the plugin, the hook and the doctor.
+	return in.symlink(path.Join(pluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath)
 }
 
 func nriSettings(cfg *config.Config) (socket, plugins, confs string) {

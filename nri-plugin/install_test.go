@@ -212,6 +212,19 @@ func TestInstallContainerd(t *testing.T) {
 	}
 }
 
+func TestInstallNRIOnly(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{containerdConfig: containerd2Config})
+	if out, code := install(t, "install", "--root", root, "--binary", bin, "--nri-only"); code != 0 {
+		t.Fatalf("install: %d %s", code, out)
+	}
+	if nri := containerdLoad(t, root); nri["disable"] != false {
+		t.Fatalf("NRI: %v", nri)
+	}
+	if _, err := os.Stat(filepath.Join(root, "/opt/nri/plugins/10-oomguard")); err == nil {
+		t.Fatal("--nri-only installed the plugin binary")
+	}
+}
+
 func TestInstallContainerdWithoutConfig(t *testing.T) {
 	root, bin := installRoot(t, map[string]string{"/etc/containerd/.keep": ""})
 	out, code := install(t, "install", "--root", root, "--binary", bin, "--containerd-config-version", "3")

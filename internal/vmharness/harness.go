@@ -31,6 +31,8 @@ type Scenario struct {
 	// sourced, with $VARIANT set. It reports with "@@RESULT k=v …" lines.
 	Script   string
 	Variants []Variant
+	// Slow scenarios (containerd inside the VM) are left out of the demo.
+	Slow bool
 }
 
 // Variant is one boot of a scenario.
@@ -288,8 +290,10 @@ func (e *Env) base(g *Guest, s Scenario) error {
 			return err
 		}
 	}
-	if err := a.copyFile(GuestConfig, filepath.Join(e.RepoDir, "deploy", "config.toml")); err != nil {
-		return err
+	for _, p := range []string{GuestConfig, "/etc/oomguard/config.toml"} {
+		if err := a.copyFile(p, filepath.Join(e.RepoDir, "deploy", "config.toml")); err != nil {
+			return err
+		}
 	}
 	for _, d := range []string{"/proc", "/sys", "/dev", "/run", "/tmp", "/var/log", "/etc"} {
 		a.mkdirAll(d)
@@ -324,7 +328,7 @@ func sharedLibs(bin string) ([]string, error) {
 // initScript is the VM's PID 1: it mounts cgroup v2 with the memory
 // controller, makes itself unkillable, runs the scenario and powers off.
 const initScript = `#!/bin/sh
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH=/usr/local/bin:/oomguard/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -369,10 +373,45 @@ doctor() {
 		sed -n 's/^oomguard_doctor_severity{check="\([^"]*\)"} \([0-9]\)$/@@RESULT check=\1 severity=\2/p'
 }
 
+# start_containerd: run containerd (restartable) and wait for its socket.
+start_containerd() {
+	mkdir -p /var/lib/containerd /run/containerd /var/log/pods
+	rm -f /run/containerd/containerd.sock
+	containerd --config /etc/containerd/config.toml >>/tmp/containerd.log 2>&1 &
+	echo $! > /run/containerd.pid
+	i=0
+	while [ ! -S /run/containerd/containerd.sock ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+	[ -S /run/containerd/containerd.sock ] || { echo "@@RESULT containerd=failed"; tail -30 /tmp/containerd.log | sed 's/^/@@CONTAINERD /'; }
+	kubeletish wait-ready
+}
+
+stop_containerd() {
+	kill -9 $(cat /run/containerd.pid)
+	sleep 0.5
+}
+
+# start_plugin: oomguard-nri as an external process (the DaemonSet's way);
+# waits until it has synchronized once more than before.
+start_plugin() {
+	before=$(grep -c "msg=synchronized" /tmp/plugin.log 2>/dev/null)
+	oomguard-nri >>/tmp/plugin.log 2>&1 &
+	echo $! > /run/plugin.pid
+	wait_synced $before
+}
+
+# wait_synced N: until the plugin's log shows more than N synchronizations.
+wait_synced() {
+	i=0
+	while [ "$(grep -c "msg=synchronized" /tmp/plugin.log 2>/dev/null)" -le "${1:-0}" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+	[ $i -lt 600 ] || { echo "@@RESULT plugin=not-synchronized"; tail -20 /tmp/plugin.log | sed 's/^/@@PLUGIN /'; }
+}
+
 # report: the kernel's OOM kills and the hook's log, for the harness.
 report() {
 	dmesg | grep -E "Killed process|going to be killed" | sed 's/^/@@DMESG /'
 	[ -f /var/log/oomguard-hook.log ] && sed 's/^/@@HOOKLOG /' /var/log/oomguard-hook.log
+	[ -f /tmp/plugin.log ] && sed 's/^/@@PLUGIN /' /tmp/plugin.log
+	[ -f /tmp/containerd.log ] && grep -i "oomguard\|nri" /tmp/containerd.log | tail -40 | sed 's/^/@@CONTAINERD /'
 	true
 }
 

@@ -1,0 +1,281 @@
+// Command kubeletish does, through containerd's CRI, what kubelet does for a
+// pod, for oomguard's VM tests: import images from OCI archives, run a
+// host-network sandbox, create a container with kubelet's Linux resources
+// (the QoS score, a memory limit, memory.oom.group = 1), start it, resize it,
+// and report. Every report is an "@@RESULT k=v …" line.
+//
+//	kubeletish import FILE...
+//	kubeletish run NAME [--qos guaranteed|burstable|besteffort] [--limit BYTES] [--wait] [--] ARGS...
+//	kubeletish resize NAME
+//	kubeletish inspect NAME [LABEL]
+//	kubeletish wait-ready
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	socket   = "/run/containerd/containerd.sock"
+	workload = "registry.example/oomguard/workload:1"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kubeletish:", err)
+		fmt.Printf("@@RESULT kubeletish_error=%q\n", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: kubeletish import|run|resize|inspect …")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	switch args[0] {
+	case "import":
+		return importImages(ctx, args[1:])
+	case "run":
+		return runPod(ctx, args[1:])
+	case "resize":
+		return resize(ctx, args[1:])
+	case "inspect":
+		return inspect(ctx, args[1:])
+	case "wait-ready":
+		return waitReady(ctx)
+	}
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// importImages loads OCI archives into the k8s.io namespace and unpacks them
+// for the native snapshotter, as `ctr -n k8s.io images import` does.
+func importImages(ctx context.Context, files []string) error {
+	c, err := containerd.New(socket, containerd.WithDefaultNamespace("k8s.io"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx = namespaces.WithNamespace(ctx, "k8s.io")
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return err
+		}
+		imgs, err := c.Import(ctx, r)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("import %s: %w", f, err)
+		}
+		for _, im := range imgs {
+			img := containerd.NewImage(c, im)
+			if err := img.Unpack(ctx, "native"); err != nil {
+				return fmt.Errorf("unpack %s: %w", im.Name, err)
+			}
+			fmt.Printf("@@RESULT imported=%s\n", im.Name)
+		}
+	}
+	return nil
+}
+
+func criClient() (cri.RuntimeServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cri.NewRuntimeServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// kubelet's scores and cgroup parents per QoS class (cgroupfs driver).
+var qosScore = map[string]int64{"guaranteed": -997, "burstable": 500, "besteffort": 1000}
+
+func runPod(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("run NAME …")
+	}
+	name := args[0]
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	qos := fs.String("qos", "guaranteed", "QoS class")
+	limit := fs.Int64("limit", 0, "memory limit in bytes, 0 for none")
+	wait := fs.Bool("wait", false, "wait for the container to exit and report how")
+	ns := fs.String("namespace", "default", "pod namespace")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	score, ok := qosScore[*qos]
+	if !ok {
+		return fmt.Errorf("qos %q", *qos)
+	}
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", len(name), time.Now().UnixNano()&0xffffffffffff)
+	parent := "/kubepods/pod" + uid
+	if *qos != "guaranteed" {
+		parent = "/kubepods/" + *qos + "/pod" + uid
+	}
+	sandbox := &cri.PodSandboxConfig{
+		Metadata:     &cri.PodSandboxMetadata{Name: name, Uid: uid, Namespace: *ns},
+		LogDirectory: "/var/log/pods/" + uid,
+		Linux: &cri.LinuxPodSandboxConfig{
+			CgroupParent:    parent,
+			SecurityContext: &cri.LinuxSandboxSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}},
+		},
+	}
+	start := time.Now()
+	sb, err := rs.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandbox, RuntimeHandler: "runc"})
+	if err != nil {
+		return fmt.Errorf("RunPodSandbox: %w", err)
+	}
+	res := &cri.LinuxContainerResources{OomScoreAdj: score, Unified: map[string]string{"memory.oom.group": "1"}}
+	if *limit > 0 {
+		res.MemoryLimitInBytes = *limit
+	}
+	ctr, err := rs.CreateContainer(ctx, &cri.CreateContainerRequest{
+		PodSandboxId: sb.PodSandboxId,
+		Config: &cri.ContainerConfig{
+			Metadata: &cri.ContainerMetadata{Name: name},
+			Image:    &cri.ImageSpec{Image: workload},
+			Args:     fs.Args(),
+			LogPath:  name + ".log",
+			Linux:    &cri.LinuxContainerConfig{Resources: res},
+		},
+		SandboxConfig: sandbox,
+	})
+	if err != nil {
+		return fmt.Errorf("CreateContainer: %w", err)
+	}
+	if _, err := rs.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
+		return fmt.Errorf("StartContainer: %w", err)
+	}
+	if err := os.WriteFile("/run/pod-"+name, []byte(ctr.ContainerId), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("@@RESULT pod=%s created_ms=%d\n", name, time.Since(start).Milliseconds())
+	if !*wait {
+		return nil
+	}
+	for {
+		st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: ctr.ContainerId})
+		if err != nil {
+			return err
+		}
+		if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
+			printLog(sandbox.LogDirectory + "/" + name + ".log")
+			fmt.Printf("@@RESULT pod=%s exit=%d reason=%s\n", name, st.Status.ExitCode, st.Status.Reason)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitReady polls the CRI until it answers, as kubelet does at start.
+func waitReady(ctx context.Context) error {
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	for {
+		_, err := rs.Status(ctx, &cri.StatusRequest{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the CRI never became ready: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// printLog prints what the container wrote, from its CRI log file
+// ("TIMESTAMP STREAM TAG content" lines).
+func printLog(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Printf("@@RESULT log_error=%q\n", err.Error())
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
+			fmt.Println(f[3])
+		}
+	}
+}
+
+// resize is kubelet's UpdateContainerResources on a resize: the new limits
+// and memory.oom.group = 1 again.
+func resize(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return errors.New("resize NAME")
+	}
+	id, err := os.ReadFile("/run/pod-" + args[0])
+	if err != nil {
+		return err
+	}
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = rs.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{ContainerId: string(id),
+		Linux: &cri.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, OomScoreAdj: -997, Unified: map[string]string{"memory.oom.group": "1"}}})
+	if err != nil {
+		return fmt.Errorf("UpdateContainerResources: %w", err)
+	}
+	fmt.Printf("@@RESULT resized=%s\n", args[0])
+	return nil
+}
+
+// inspect reports the container's state, pid, score and group flag.
+func inspect(ctx context.Context, args []string) error {
+	if len(args) < 1 || len(args) > 2 {
+		return errors.New("inspect NAME [LABEL]")
+	}
+	label := args[0]
+	if len(args) == 2 {
+		label = args[1]
+	}
+	id, err := os.ReadFile("/run/pod-" + args[0])
+	if err != nil {
+		return err
+	}
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: string(id), Verbose: true})
+	if err != nil {
+		return err
+	}
+	pid := ""
+	if info := st.Info["info"]; info != "" {
+		if i := strings.Index(info, `"pid":`); i >= 0 {
+			pid = strings.TrimSpace(strings.SplitN(info[i+6:], ",", 2)[0])
+		}
+	}
+	score, _ := os.ReadFile("/proc/" + pid + "/oom_score_adj")
+	cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+	path := strings.TrimPrefix(strings.TrimSpace(string(cg)), "0::")
+	group, _ := os.ReadFile("/sys/fs/cgroup" + path + "/memory.oom.group")
+	fmt.Printf("@@RESULT inspect=%s state=%s pid=%s oom_score_adj=%s oom_group=%s\n", label, st.Status.State,
+		pid, strings.TrimSpace(string(score)), strings.TrimSpace(string(group)))
+	return nil
+}

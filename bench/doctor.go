@@ -16,12 +16,9 @@ func init() { sections = append(sections, section{"doctor", benchDoctor}) }
 // 400 containers, and on this machine's /proc beside the investigation's
 // Python script (oom_info.py, from the incident notes).
 func benchDoctor(int) (bool, error) {
-	bin, err := filepath.Abs("bin/oomguard-doctor")
+	bin, err := built("oomguard-doctor")
 	if err != nil {
 		return false, err
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return false, fmt.Errorf("%s is missing: run make build", bin)
 	}
 	dir, err := os.MkdirTemp("", "oomguard-bench-doctor")
 	if err != nil {

@@ -17,12 +17,9 @@ func init() { sections = append(sections, section{"hook", benchHook}) }
 // benchHook times oomguard-hook on a real OCI state and bundle, with the
 // shipped configuration, against /bin/true fed the same stdin.
 func benchHook(n int) (bool, error) {
-	hook, err := filepath.Abs("bin/oomguard-hook")
+	hook, err := built("oomguard-hook")
 	if err != nil {
 		return false, err
-	}
-	if _, err := os.Stat(hook); err != nil {
-		return false, fmt.Errorf("%s is missing: run make build", hook)
 	}
 	dir, err := os.MkdirTemp("", "oomguard-bench")
 	if err != nil {

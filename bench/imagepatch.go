@@ -33,12 +33,9 @@ const (
 // with imagepatch, and the same patch with a loop of crane append + crane
 // mutate on an identical repository, in the same run.
 func benchImagepatch(int) (bool, error) {
-	bin, err := filepath.Abs("bin/imagepatch")
+	bin, err := built("imagepatch")
 	if err != nil {
 		return false, err
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return false, fmt.Errorf("%s is missing: run make build", bin)
 	}
 	crane, err := buildCrane()
 	if err != nil {

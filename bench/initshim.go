@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"time"
 )
 
@@ -27,13 +26,13 @@ func main() { syscall.Exec(runtimeArgs()[1], runtimeArgs()[1:], nil) }
 // benchInit compares oomguard-init's size with the Go floor and the time it
 // adds in front of /bin/true.
 func benchInit(n int) (bool, error) {
-	shim, err := filepath.Abs("bin/oomguard-init")
+	shim, err := built("oomguard-init")
 	if err != nil {
 		return false, err
 	}
 	st, err := os.Stat(shim)
 	if err != nil {
-		return false, fmt.Errorf("%s is missing: run make build", shim)
+		return false, err
 	}
 	dir, err := os.MkdirTemp("", "oomguard-bench")
 	if err != nil {

@@ -68,6 +68,18 @@ func timeCommands(n int, cmds ...func() *exec.Cmd) ([][]time.Duration, error) {
 	return out, nil
 }
 
+// built is the absolute path of a binary make build wrote into bin/.
+func built(name string) (string, error) {
+	p, err := filepath.Abs(filepath.Join("bin", name))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is missing: run make build", p)
+	}
+	return p, nil
+}
+
 // floorSource is the smallest Go program: what any Go binary costs.
 const floorSource = "package main\n\nfunc main() { println() }\n"
 

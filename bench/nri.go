@@ -24,12 +24,9 @@ func init() { sections = append(sections, section{"nri", benchNRI}) }
 // round trips beside a no-op plugin connected the same way, its memory after
 // 10,000 containers, and Synchronize of 400 running containers.
 func benchNRI(int) (bool, error) {
-	plugin, err := filepath.Abs("bin/oomguard-nri")
+	plugin, err := built("oomguard-nri")
 	if err != nil {
 		return false, err
-	}
-	if _, err := os.Stat(plugin); err != nil {
-		return false, fmt.Errorf("%s is missing: run make build", plugin)
 	}
 	cfg, _ := filepath.Abs("deploy/config.toml")
 	dir, err := os.MkdirTemp("", "oomguard-bench-nri")

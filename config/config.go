@@ -166,25 +166,34 @@ func Load(path string) (*Config, error) {
 // Parse decodes and validates a TOML document over Default().
 func Parse(data []byte) (*Config, error) {
 	c := Default()
-	md, err := toml.Decode(string(data), c)
+	if err := DecodeTOML(data, c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeTOML decodes data into v, naming the line of a syntax error and
+// every key v has no place for.
+func DecodeTOML(data []byte, v any) error {
+	md, err := toml.Decode(string(data), v)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)
+			return fmt.Errorf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)
 		}
-		return nil, fmt.Errorf("invalid TOML: %w", err)
+		return fmt.Errorf("invalid TOML: %w", err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
 			keys[i] = fmt.Sprintf("%q", k.String())
 		}
-		return nil, fmt.Errorf("unknown key %s: check the spelling against the configuration reference in README.md", strings.Join(keys, ", "))
+		return fmt.Errorf("unknown key %s: check the spelling against the reference in README.md", strings.Join(keys, ", "))
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // Validate checks every value and compiles the rules' patterns. It reports

@@ -17,7 +17,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/BurntSushi/toml"
+	"github.com/oomguard/oomguard/config"
 )
 
 // Spec is one patch, read from TOML.
@@ -85,16 +85,8 @@ func LoadSpec(p string) (*Spec, error) {
 // ParseSpec decodes and validates a spec and reads its files.
 func ParseSpec(data []byte, dir string) (*Spec, error) {
 	var s Spec
-	md, err := toml.Decode(string(data), &s)
-	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)
-		}
-		return nil, fmt.Errorf("invalid TOML: %w", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return nil, fmt.Errorf("unknown key %q", und[0].String())
+	if err := config.DecodeTOML(data, &s); err != nil {
+		return nil, err
 	}
 	s.dir = dir
 	if err := s.validate(); err != nil {

@@ -99,6 +99,16 @@ func criClient() (cri.RuntimeServiceClient, func(), error) {
 	return cri.NewRuntimeServiceClient(conn), func() { conn.Close() }, nil
 }
 
+// podClient is a CRI client and the container ID `run NAME` recorded.
+func podClient(name string) (cri.RuntimeServiceClient, string, func(), error) {
+	id, err := os.ReadFile("/run/pod-" + name)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	rs, done, err := criClient()
+	return rs, string(id), done, err
+}
+
 // kubelet's scores and cgroup parents per QoS class (cgroupfs driver).
 var qosScore = map[string]int64{"guaranteed": -997, "burstable": 500, "besteffort": 1000}
 
@@ -225,16 +235,12 @@ func resize(ctx context.Context, args []string) error {
 	if len(args) != 1 {
 		return errors.New("resize NAME")
 	}
-	id, err := os.ReadFile("/run/pod-" + args[0])
-	if err != nil {
-		return err
-	}
-	rs, done, err := criClient()
+	rs, id, done, err := podClient(args[0])
 	if err != nil {
 		return err
 	}
 	defer done()
-	_, err = rs.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{ContainerId: string(id),
+	_, err = rs.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{ContainerId: id,
 		Linux: &cri.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, OomScoreAdj: -997, Unified: map[string]string{"memory.oom.group": "1"}}})
 	if err != nil {
 		return fmt.Errorf("UpdateContainerResources: %w", err)
@@ -252,16 +258,12 @@ func inspect(ctx context.Context, args []string) error {
 	if len(args) == 2 {
 		label = args[1]
 	}
-	id, err := os.ReadFile("/run/pod-" + args[0])
-	if err != nil {
-		return err
-	}
-	rs, done, err := criClient()
+	rs, id, done, err := podClient(args[0])
 	if err != nil {
 		return err
 	}
 	defer done()
-	st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: string(id), Verbose: true})
+	st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
 		return err
 	}

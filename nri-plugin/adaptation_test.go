@@ -268,6 +268,13 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	if n := len(tp.p.guarded); n != 2 {
 		t.Fatalf("%d guarded containers", n)
 	}
+	// The group flag is also written at once, not only through the runtime's update.
+	for i, want := range []string{"0\n", "0\n", "1\n"} {
+		cg := strings.TrimPrefix(mustResolve(t, ctrs[i].Linux.CgroupsPath), "/")
+		if b, _ := os.ReadFile(filepath.Join(root, "sys/fs/cgroup", cg, "memory.oom.group")); string(b) != want {
+			t.Errorf("container %d: memory.oom.group %q after Synchronize, want %q", i, b, want)
+		}
+	}
 	// Drift: a daemon-reload turned the group back on, a process lowered nothing
 	// but a new one started at -997.
 	cg := strings.TrimPrefix(mustResolve(t, ctrs[0].Linux.CgroupsPath), "/")

@@ -101,6 +101,13 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			updates = append(updates, u)
 			p.m.adjustments.WithLabelValues("oom_group", "synchronize").Inc()
 		}
+		// Also at once: the runtime applies the update only after this reply.
+		if cg, err := p.cgroup(g); err == nil {
+			if _, _, err := p.enforceGroup(g, cg, "synchronize"); err != nil && !kernel.IsGone(err) {
+				p.m.errors.WithLabelValues("synchronize").Inc()
+				p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", cg, "err", err)
+			}
+		}
 		if g.score != nil {
 			if n := p.enforceScore(g, "synchronize"); n > 0 {
 				p.log.Info("existing container fixed", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)

@@ -76,18 +76,28 @@ func (p *plugin) verifyGroup(g *guard, cg, phase string) error {
 			g.oomKills = k
 		}
 	}
-	if g.group == nil {
-		return nil
-	}
-	cur, err := kernel.ReadOOMGroup(p.root, p.mode, cg)
-	if err != nil || cur == *g.group {
-		return err
-	}
-	if err := kernel.WriteOOMGroup(p.root, p.mode, cg, *g.group); err != nil {
+	changed, old, err := p.enforceGroup(g, cg, phase)
+	if err != nil || !changed {
 		return err
 	}
 	p.m.drift.WithLabelValues("oom_group").Inc()
-	p.m.adjustments.WithLabelValues("oom_group", phase).Inc()
-	p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", b01(cur)+"→"+b01(*g.group))
+	p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", b01(old)+"→"+b01(*g.group))
 	return nil
+}
+
+// enforceGroup writes the decided memory.oom.group when the cgroup holds
+// another value, and says whether it did and what was there.
+func (p *plugin) enforceGroup(g *guard, cg, phase string) (changed, old bool, err error) {
+	if g.group == nil || p.mode != kernel.ModeV2 {
+		return false, false, nil
+	}
+	cur, err := kernel.ReadOOMGroup(p.root, p.mode, cg)
+	if err != nil || cur == *g.group {
+		return false, cur, err
+	}
+	if err := kernel.WriteOOMGroup(p.root, p.mode, cg, *g.group); err != nil {
+		return false, cur, err
+	}
+	p.m.adjustments.WithLabelValues("oom_group", phase).Inc()
+	return true, cur, nil
 }

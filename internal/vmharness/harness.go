@@ -393,16 +393,21 @@ stop_containerd() {
 # start_plugin: oomguard-nri as an external process (the DaemonSet's way);
 # waits until it has synchronized once more than before.
 start_plugin() {
-	before=$(grep -c "msg=synchronized" /tmp/plugin.log 2>/dev/null)
+	before=$(synced_count)
 	oomguard-nri >>/tmp/plugin.log 2>&1 &
 	echo $! > /run/plugin.pid
 	wait_synced $before
 }
 
+# synced_count: how often the plugin has synchronized (0 before it logged).
+synced_count() {
+	cat /tmp/plugin.log 2>/dev/null | grep -c "msg=synchronized"
+}
+
 # wait_synced N: until the plugin's log shows more than N synchronizations.
 wait_synced() {
 	i=0
-	while [ "$(grep -c "msg=synchronized" /tmp/plugin.log 2>/dev/null)" -le "${1:-0}" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+	while [ "$(synced_count)" -le "${1:-0}" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 	[ $i -lt 600 ] || { echo "@@RESULT plugin=not-synchronized"; tail -20 /tmp/plugin.log | sed 's/^/@@PLUGIN /'; }
 }
 

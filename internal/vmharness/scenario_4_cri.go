@@ -152,7 +152,7 @@ kubeletish inspect missed1 missed-unfixed
 [ "$VARIANT" = with-nri ] && start_plugin
 kubeletish inspect missed1 missed1-fixed
 kubeletish inspect missed2 missed2-fixed
-synced=$(grep -c "msg=synchronized" /tmp/plugin.log 2>/dev/null)
+synced=$(synced_count)
 stop_containerd
 start_containerd
 [ "$VARIANT" = with-nri ] && wait_synced $synced

@@ -21,11 +21,6 @@ type Process struct {
 	Kernel      bool   // a kernel thread: no mm, never an OOM victim
 }
 
-// ReadProcess reads one process; it fails when the process is gone.
-func ReadProcess(root string, mode Mode, pid int) (Process, error) {
-	return NewProcReader(root, mode).Read(pid)
-}
-
 // ProcReader reads processes with one reusable buffer and three system
 // calls a file: a node has tens of thousands of processes.
 type ProcReader struct {

@@ -56,21 +56,6 @@ func WriteOOMScoreAdj(root string, pid, value int) error {
 	return nil
 }
 
-// ProcessExists reports whether /proc/PID exists under root.
-func ProcessExists(root string, pid int) bool {
-	_, err := os.Stat(filepath.Join(root, "proc", strconv.Itoa(pid)))
-	return err == nil
-}
-
-// Comm returns /proc/PID/comm without its newline.
-func Comm(root string, pid int) (string, error) {
-	b, err := os.ReadFile(procPath(root, pid, "comm"))
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // Cmdline returns /proc/PID/cmdline split at NULs.
 func Cmdline(root string, pid int) ([]string, error) {
 	b, err := os.ReadFile(procPath(root, pid, "cmdline"))

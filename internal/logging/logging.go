@@ -31,7 +31,7 @@ func Open(l config.Log, tag string, fallback io.Writer) (*slog.Logger, io.Closer
 	)
 	switch l.File {
 	case "", "stderr":
-		return New(l, fallback), io.NopCloser(nil), nil
+		return New(l, fallback), nopCloser{}, nil
 	case "syslog":
 		w, err = dialSyslog(tag, syslogSockets)
 	default:
@@ -40,10 +40,14 @@ func Open(l config.Log, tag string, fallback io.Writer) (*slog.Logger, io.Closer
 		}
 	}
 	if err != nil {
-		return New(l, fallback), io.NopCloser(nil), fmt.Errorf("open log %q (logging to stderr instead): %w", l.File, err)
+		return New(l, fallback), nopCloser{}, fmt.Errorf("open log %q (logging to stderr instead): %w", l.File, err)
 	}
 	return New(l, w), w, nil
 }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
 
 func level(s string) slog.Level {
 	switch s {

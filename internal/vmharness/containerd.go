@@ -175,5 +175,3 @@ func ociArchive(path, ref string, img v1.Image) error {
 	}
 	return tw.Close()
 }
-
-func readFile(p string) ([]byte, error) { return os.ReadFile(p) }

@@ -3,6 +3,7 @@ package vmharness
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/oomguard/oomguard/internal/runcbundle"
 )
@@ -12,7 +13,7 @@ import (
 // command — launched by containerd, or as an external process.
 
 func criSetup(g *Guest) error {
-	hog, err := readFile(g.Bin("guest"))
+	hog, err := os.ReadFile(g.Bin("guest"))
 	if err != nil {
 		return err
 	}

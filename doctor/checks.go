@@ -139,7 +139,7 @@ func (n *node) isDaemon(p *kernel.Process) bool {
 		return false
 	}
 	for _, d := range n.cfg.Doctor.Daemons {
-		if p.Comm == d || p.Comm == d[:min(len(d), 15)] || n.name(p) == d {
+		if p.Comm == kernel.TaskComm(d) || n.name(p) == d {
 			return true
 		}
 	}

@@ -177,18 +177,11 @@ func applyGroup(root string, st *specs.State, sp *specs.Spec, want bool, errs *[
 		return "failed"
 	}
 	if old == want {
-		return "unchanged " + b01(old)
+		return "unchanged " + kernel.GroupValue(old)
 	}
 	if err := kernel.WriteOOMGroup(root, mode, cg, want); err != nil {
 		*errs = append(*errs, fmt.Errorf("set memory.oom.group of %s: %w", cg, err))
 		return "failed"
 	}
-	return b01(old) + "→" + b01(want)
-}
-
-func b01(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
+	return kernel.GroupValue(old) + "→" + kernel.GroupValue(want)
 }

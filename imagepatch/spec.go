@@ -149,11 +149,10 @@ func (s *Spec) validate() error {
 			add("%s: %v", where, err)
 		}
 	}
-	for k, v := range s.Config.Labels {
+	for k := range s.Config.Labels {
 		if strings.HasPrefix(k, "io.oomguard.patch.") {
 			add("config.labels %q: the io.oomguard.patch. labels are imagepatch's own", k)
 		}
-		_ = v
 	}
 	return errors.Join(errs...)
 }

@@ -268,6 +268,9 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	if n := len(tp.p.guarded); n != 2 {
 		t.Fatalf("%d guarded containers", n)
 	}
+	if v := gathered(t, tp.p.m, "oomguard_guarded_containers"); v != 2 {
+		t.Fatalf("oomguard_guarded_containers = %v, want 2", v)
+	}
 	// The group flag is also written at once, not only through the runtime's update.
 	for i, want := range []string{"0\n", "0\n", "1\n"} {
 		cg := strings.TrimPrefix(mustResolve(t, ctrs[i].Linux.CgroupsPath), "/")
@@ -417,11 +420,25 @@ func TestStrictConfigurationFromRuntime(t *testing.T) {
 
 func mustResolve(t *testing.T, p string) string {
 	t.Helper()
-	cg, err := resolve(p)
+	cg, err := kernel.ResolveCgroupsPath(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cg
 }
 
-func resolve(p string) (string, error) { return kernel.ResolveCgroupsPath(p) }
+// gathered reads one unlabelled metric from the plugin's registry.
+func gathered(t *testing.T, m *metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -24,7 +24,6 @@ type metrics struct {
 	oomKills     prometheus.Counter
 	syncDuration prometheus.Gauge
 	connected    prometheus.Gauge
-	guarded      prometheus.Gauge
 	isConnected  atomic.Bool
 }
 
@@ -47,10 +46,8 @@ func newMetrics() *metrics {
 			Help: "How long the last Synchronize took."}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_nri_connected",
 			Help: "1 while connected to the runtime's NRI."}),
-		guarded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
-			Help: "Containers whose values oomguard keeps."}),
 	}
-	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.oomKills, m.syncDuration, m.connected, m.guarded)
+	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.oomKills, m.syncDuration, m.connected)
 	return m
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kernel"
@@ -50,6 +51,12 @@ type guard struct {
 func newPlugin(cfg *config.Config, root string, log *slog.Logger, m *metrics) *plugin {
 	p := &plugin{root: root, mode: kernel.DetectMode(root), log: log, m: m, guarded: map[string]*guard{}}
 	p.cfg.Store(cfg)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
+		Help: "Containers whose values oomguard keeps."}, func() float64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return float64(len(p.guarded))
+	}))
 	return p
 }
 
@@ -96,7 +103,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		if g.group != nil {
 			u := &api.ContainerUpdate{}
 			u.SetContainerId(g.id)
-			u.AddLinuxUnified(unifiedOOMGroup, b01(*g.group))
+			u.AddLinuxUnified(unifiedOOMGroup, kernel.GroupValue(*g.group))
 			u.SetIgnoreFailure()
 			updates = append(updates, u)
 			p.m.adjustments.WithLabelValues("oom_group", "synchronize").Inc()
@@ -116,7 +123,6 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	p.mu.Lock()
 	p.guarded = fresh
-	p.m.guarded.Set(float64(len(fresh)))
 	p.mu.Unlock()
 	p.m.setConnected(true)
 	d := time.Since(start)
@@ -140,13 +146,12 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.m.adjustments.WithLabelValues("oom_score_adj", "create").Inc()
 	}
 	if dec.OOMGroup != nil {
-		adj.AddLinuxUnified(unifiedOOMGroup, b01(*dec.OOMGroup))
+		adj.AddLinuxUnified(unifiedOOMGroup, kernel.GroupValue(*dec.OOMGroup))
 		p.m.adjustments.WithLabelValues("oom_group", "create").Inc()
 	}
 	g := newGuard(pod, ctr, dec)
 	p.mu.Lock()
 	p.guarded[g.id] = g
-	p.m.guarded.Set(float64(len(p.guarded)))
 	p.mu.Unlock()
 	return adj, nil, nil
 }
@@ -177,7 +182,7 @@ func (p *plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	if g == nil || g.group == nil {
 		return nil, nil
 	}
-	want := b01(*g.group)
+	want := kernel.GroupValue(*g.group)
 	if got, ok := res.GetUnified()[unifiedOOMGroup]; ok && got != want {
 		p.log.Info("update overridden", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", got+"→"+want)
 	}
@@ -192,7 +197,6 @@ func (p *plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	p.mu.Lock()
 	delete(p.guarded, ctr.GetId())
-	p.m.guarded.Set(float64(len(p.guarded)))
 	p.mu.Unlock()
 	return nil
 }
@@ -237,7 +241,7 @@ func (p *plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) c
 	p.m.decisions.WithLabelValues(dec.Rule).Inc()
 	p.log.Info("decision", "phase", phase, "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", dec.Rule,
 		"oom_score_adj", change(f.OOMScoreAdj, dec.OOMScoreAdj, strconv.Itoa),
-		"oom_group", change(f.OOMGroup, dec.OOMGroup, b01), "reasons", dec.Reasons)
+		"oom_group", change(f.OOMGroup, dec.OOMGroup, kernel.GroupValue), "reasons", dec.Reasons)
 	return dec
 }
 
@@ -343,11 +347,4 @@ func change[T any](old, new *T, format func(T) string) string {
 		o = format(*old)
 	}
 	return o + "→" + format(*new)
-}
-
-func b01(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

@@ -50,7 +50,6 @@ func (p *plugin) verify(g *guard, phase string) {
 		p.mu.Lock()
 		if g.missing++; g.missing > 3 {
 			delete(p.guarded, g.id)
-			p.m.guarded.Set(float64(len(p.guarded)))
 		}
 		p.mu.Unlock()
 		return
@@ -81,7 +80,7 @@ func (p *plugin) verifyGroup(g *guard, cg, phase string) error {
 		return err
 	}
 	p.m.drift.WithLabelValues("oom_group").Inc()
-	p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", b01(old)+"→"+b01(*g.group))
+	p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", kernel.GroupValue(old)+"→"+kernel.GroupValue(*g.group))
 	return nil
 }
 

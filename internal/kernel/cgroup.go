@@ -181,10 +181,7 @@ func WriteOOMGroup(root string, mode Mode, cg string, on bool) error {
 		return fmt.Errorf("memory.oom.group on cgroup %s host: %w", mode, ErrUnsupported)
 	}
 	p := filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.oom.group")
-	v := "0\n"
-	if on {
-		v = "1\n"
-	}
+	v := GroupValue(on) + "\n"
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", p, err)
@@ -195,6 +192,14 @@ func WriteOOMGroup(root string, mode Mode, cg string, on bool) error {
 		return fmt.Errorf("write %s: %w", p, werr)
 	}
 	return cerr
+}
+
+// GroupValue is how memory.oom.group (and a unified resource) writes b: "0" or "1".
+func GroupValue(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // EffectiveOOMGroup reports whether an OOM kill in cgroup cg takes the whole

@@ -69,6 +69,10 @@ func Cmdline(root string, pid int) ([]string, error) {
 	return strings.Split(s, "\x00"), nil
 }
 
+// TaskComm is name as the kernel keeps it for a task (comm, OOM reports):
+// cut to TASK_COMM_LEN-1 = 15 bytes.
+func TaskComm(name string) string { return name[:min(len(name), 15)] }
+
 // ListPids returns the numeric entries of /proc.
 func ListPids(root string) ([]int, error) {
 	ents, err := os.ReadDir(filepath.Join(root, "proc"))

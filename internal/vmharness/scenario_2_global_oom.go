@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/runcbundle"
 )
 
@@ -113,7 +114,7 @@ func deadDaemons(r *Run) []string {
 	return dead
 }
 
-// isDaemon matches a kernel comm, cut to 15 characters, to a node daemon.
+// isDaemon matches a kernel comm to a node daemon.
 func isDaemon(comm string) bool {
-	return slices.ContainsFunc(nodeDaemons, func(d string) bool { return d[:min(len(d), 15)] == comm })
+	return slices.ContainsFunc(nodeDaemons, func(d string) bool { return kernel.TaskComm(d) == comm })
 }

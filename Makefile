@@ -2,44 +2,63 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
+BUILD := build
+GOBUILD := ./scripts/gobuild
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# Static, reproducible binaries: no cgo, no paths, no VCS stamps, no build id.
-GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w -buildid='
 
-CMDS := oomguard-hook=./hook oomguard-init=./initshim oomguard-nri=./nri-plugin imagepatch=./imagepatch/cmd/imagepatch oomguard-doctor=./doctor
+PROGRAMS := oomguard-hook oomguard-init oomguard-nri oomguard-doctor imagepatch
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
+# Packages with goroutines run under the race detector.
+RACE_PKGS := ./nriplugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
+# End-to-end tiers: real runtimes and a registry on this host, then the VM.
+HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/...
+HOST_E2E_TIMEOUT := 20m
+VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test e2e bench demo lint deps clean
+.PHONY: all build shims test-bins components test e2e e2e-host e2e-vm bench demo lint deps clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	@set -e; for c in $(CMDS); do \
-		name=$${c%%=*}; pkg=$${c#*=}; \
-		$(GOBUILD) -o $(BIN)/$$name $$pkg; echo "built $(BIN)/$$name"; \
-	done
+	@set -e; for p in $(PROGRAMS); do $(GOBUILD) $(BIN)/$$p ./cmd/$$p; echo "built $(BIN)/$$p"; done
 	@set -e; for a in $(SHIM_ARCHES); do \
-		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(BIN)/oomguard-init-linux-$$a ./initshim; echo "built $(BIN)/oomguard-init-linux-$$a"; \
+		GOOS=linux GOARCH=$$a $(GOBUILD) $(BIN)/oomguard-init-linux-$$a ./cmd/oomguard-init; echo "built $(BIN)/oomguard-init-linux-$$a"; \
 	done
 
 # The shims imagepatch embeds; a test checks they match a fresh build.
 shims: build
 	cp $(BIN)/oomguard-init-linux-amd64 $(BIN)/oomguard-init-linux-arm64 imagepatch/shim/
 
+# Binaries only the tests use: the VM's workload.
+test-bins:
+	@mkdir -p $(BUILD)/test-bin
+	$(GOBUILD) $(BUILD)/test-bin/guest ./test/vm/guest
+
+# The real components the end-to-end tests run, from pinned Go modules under test/.
+components:
+	./scripts/components.sh $(BUILD)/components
+
 # Everything that needs neither root, runc, qemu nor a registry.
 test:
-	$(GO) test ./...
+	$(GO) test $$($(GO) list ./... | grep -v -e /nriplugin -e /imagepatch -e /doctor -e /test/nriruntime)
+	$(GO) test -race $(RACE_PKGS)
 
-# Real containers (runc), as root. Installs what it needs first.
-e2e: deps
-	$(GO) test -tags e2e -count=1 -run 'E2E' ./...
+# Real containers, a real registry and the VM, as root. Installs and builds
+# what they need first, outside the tests' timeouts.
+e2e: deps build test-bins components e2e-host e2e-vm
 
-bench: deps build
+e2e-host:
+	$(GO) test -tags e2e -count=1 -timeout $(HOST_E2E_TIMEOUT) -run 'E2E' $(HOST_E2E_PKGS)
+
+e2e-vm:
+	$(GO) test -tags e2e -count=1 -timeout $(VM_E2E_TIMEOUT) -run 'E2E' -v ./test/vm/
+
+bench: deps build test-bins
 	$(GO) run ./bench
 
-demo: deps
+demo: deps build test-bins
 	$(GO) run ./demo
 
 lint:
@@ -54,4 +73,4 @@ deps:
 	@./scripts/deps.sh
 
 clean:
-	rm -rf $(BIN) build
+	rm -rf $(BIN) $(BUILD)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -18,12 +19,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/oomguard/oomguard/imagepatch"
-	"github.com/oomguard/oomguard/internal/registrytest"
+	"github.com/oomguard/oomguard/test/registrytest"
 )
 
 func init() { sections = append(sections, section{"imagepatch", benchImagepatch}) }
 
 const (
+	benchJobs     = 8
 	benchTags     = 200
 	benchLayerMiB = 10
 	craneVersion  = "v0.22.1"
@@ -64,12 +66,13 @@ func benchImagepatch(int) (bool, error) {
 
 	reg.Reset()
 	start := time.Now()
-	out, err := exec.Command(bin, "apply", "--repo", reg.Host+"/bench/ip", "--tag-regex", "^t[0-9]+$", "--jobs", "8").CombinedOutput()
+	out, err := exec.Command(bin, "apply", "--repo", reg.Host+"/bench/ip", "--tag-regex", "^t[0-9]+$", "--jobs", fmt.Sprint(benchJobs)).CombinedOutput()
 	ipTime := time.Since(start)
 	if err != nil {
 		return false, fmt.Errorf("imagepatch apply: %v\n%s", err, out)
 	}
 	var up, baseDown int64
+	requests := len(reg.Requests())
 	for _, q := range reg.Requests() {
 		if q.Method == http.MethodPut || q.Method == http.MethodPatch || q.Method == http.MethodPost {
 			up += q.In
@@ -86,24 +89,19 @@ func benchImagepatch(int) (bool, error) {
 	pl, _ := patchLayer.Size()
 	perTag := float64(up-pl) / benchTags
 
+	// The same work as a user would script it: crane append + crane mutate
+	// per tag, benchJobs tags at a time (xargs -P), like imagepatch --jobs.
 	start = time.Now()
-	for i := range benchTags {
-		src := fmt.Sprintf("%s/bench/crane:t%03d", reg.Host, i)
-		dst := src + "-crane"
-		if out, err := exec.Command(crane, "append", "-b", src, "-f", layerTar, "-t", dst).CombinedOutput(); err != nil {
-			return false, fmt.Errorf("crane append: %v: %s", err, out)
-		}
-		if out, err := exec.Command(crane, "mutate", dst, "--entrypoint", "/.oomguard/oomguard-init,--,/entrypoint", "-t", dst).CombinedOutput(); err != nil {
-			return false, fmt.Errorf("crane mutate: %v: %s", err, out)
-		}
+	if err := craneLoop(crane, reg.Host, layerTar); err != nil {
+		return false, err
 	}
 	craneTime := time.Since(start)
 
 	speedup := float64(craneTime) / float64(ipTime)
 	ok := speedup >= 5 && perTag <= 16<<10 && baseDown == 0
 	fmt.Printf("imagepatch: %d tags of 3 × %d MB layers in Debian's docker-registry\n", benchTags, benchLayerMiB)
-	fmt.Printf("  %-34s %10s\n", "crane append + crane mutate loop", fmt.Sprintf("%.1f s", craneTime.Seconds()))
-	fmt.Printf("  %-34s %10s\n", "imagepatch apply --jobs 8", fmt.Sprintf("%.1f s", ipTime.Seconds()))
+	fmt.Printf("  %-44s %10s\n", fmt.Sprintf("crane append + crane mutate, %d at a time", benchJobs), fmt.Sprintf("%.1f s", craneTime.Seconds()))
+	fmt.Printf("  %-44s %10s %6.1f requests a tag\n", fmt.Sprintf("imagepatch apply --jobs %d", benchJobs), fmt.Sprintf("%.1f s", ipTime.Seconds()), float64(requests)/benchTags)
 	fmt.Printf("  speed-up %.1f× (goal ≥ 5×); uploaded %.1f KiB per tag after the patch layer (goal ≤ 16 KiB); base-layer bytes downloaded: %d (goal 0): %s\n",
 		speedup, perTag/1024, baseDown, verdict(ok))
 	return ok, nil
@@ -193,4 +191,57 @@ func buildCrane() (string, error) {
 		}
 	}
 	return bin, nil
+}
+
+// craneLoop runs crane append and crane mutate for every tag: the first
+// alone, so that the patch layer is uploaded once (parallel uploads of one new
+// blob make the registry fail some with DIGEST_INVALID), then benchJobs tags
+// at a time.
+func craneLoop(crane, host, layerTar string) error {
+	one := func(i int) error {
+		src := fmt.Sprintf("%s/bench/crane:t%03d", host, i)
+		dst := src + "-crane"
+		if out, err := exec.Command(crane, "append", "-b", src, "-f", layerTar, "-t", dst).CombinedOutput(); err != nil {
+			return fmt.Errorf("crane append: %v: %s", err, out)
+		}
+		if out, err := exec.Command(crane, "mutate", dst, "--entrypoint", "/.oomguard/oomguard-init,--,/entrypoint", "-t", dst).CombinedOutput(); err != nil {
+			return fmt.Errorf("crane mutate: %v: %s", err, out)
+		}
+		return nil
+	}
+	if err := one(0); err != nil {
+		return err
+	}
+	tags := make(chan int)
+	errs := make(chan error, benchJobs)
+	var wg sync.WaitGroup
+	for range benchJobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range tags {
+				if err := one(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 1; i < benchTags; i++ {
+		select {
+		case tags <- i:
+		case err := <-errs:
+			close(tags)
+			wg.Wait()
+			return err
+		}
+	}
+	close(tags)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
 }

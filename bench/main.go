@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 type section struct {
@@ -83,24 +85,17 @@ func built(name string) (string, error) {
 // floorSource is the smallest Go program: what any Go binary costs.
 const floorSource = "package main\n\nfunc main() { println() }\n"
 
-// floorBinary builds a static println-only Go program with the same flags as
-// oomguard's binaries: the least any Go program costs on this machine.
+// floorBinary builds a println-only Go program as make build builds
+// oomguard's: the least any Go program costs on this machine.
 func floorBinary(dir string) (string, error) { return buildGo(dir, "floor", floorSource) }
 
-// buildGo builds one Go source file with the same flags as oomguard's binaries.
+// buildGo builds one Go source file as make build builds oomguard's binaries.
 func buildGo(dir, name, source string) (string, error) {
 	src := filepath.Join(dir, name+".go")
 	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", bin, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build %s: %v: %s", name, err, out)
-	}
-	return bin, nil
+	return testbin.Build(dir, name, src)
 }
 
 func quantile(d []time.Duration, q float64) time.Duration {

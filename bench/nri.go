@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/oomguard/oomguard/internal/kernel"
-	"github.com/oomguard/oomguard/internal/nriruntime"
+	"github.com/oomguard/oomguard/test/nriruntime"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 func init() { sections = append(sections, section{"nri", benchNRI}) }
@@ -28,15 +30,16 @@ func benchNRI(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	nriruntime.SetLog(io.Discard)
 	cfg, _ := filepath.Abs("deploy/config.toml")
 	dir, err := os.MkdirTemp("", "oomguard-bench-nri")
 	if err != nil {
 		return false, err
 	}
 	defer os.RemoveAll(dir)
-	noop := filepath.Join(dir, "noop")
-	if out, err := exec.Command("go", "build", "-o", noop, "./bench/noopplugin").CombinedOutput(); err != nil {
-		return false, fmt.Errorf("build the no-op plugin: %v: %s", err, out)
+	noop, err := testbin.Build(dir, "noop", "./bench/noopplugin")
+	if err != nil {
+		return false, err
 	}
 
 	start := func(name, bin string, args ...string) (*nriruntime.Runtime, *exec.Cmd, *bytes.Buffer, error) {

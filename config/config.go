@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
 	"strings"
@@ -30,6 +31,9 @@ type Config struct {
 	NRI         NRI         `toml:"nri"`
 	Doctor      Doctor      `toml:"doctor"`
 	Rules       []Rule      `toml:"rule"`
+
+	// Missing is set by Find when no file exists at DefaultPath and these are the defaults.
+	Missing bool `toml:"-"`
 }
 
 // Doctor holds the settings of oomguard-doctor.
@@ -150,17 +154,72 @@ func Path(flagValue string) string {
 	return DefaultPath
 }
 
+// Find is how every oomguard program gets its configuration, with one rule
+// for a missing file: the file named by the flag or $OOMGUARD_CONFIG must
+// exist, while a missing DefaultPath means the defaults, under which no rule
+// matches and nothing is changed; Missing is then set so the program can say so.
+func Find(flagValue string) (*Config, error) {
+	p := Path(flagValue)
+	c, err := Load(p)
+	if err != nil && p == DefaultPath && flagValue == "" && errors.Is(err, fs.ErrNotExist) {
+		c = Default()
+		c.Missing = true
+		return c, nil
+	}
+	return c, err
+}
+
+// LoadError is a configuration file that cannot be used.
+type LoadError struct {
+	Op   string // "read" or "parse"
+	Path string
+	// Strict is true when the file, broken as it is, says strict = true: a
+	// program that fails closed must not fail open because its config is broken.
+	Strict bool
+	Err    error
+}
+
+func (e *LoadError) Error() string {
+	if e.Op == "read" {
+		return "read config " + e.Path + ": " + e.Err.Error()
+	}
+	return "config " + e.Path + ": " + e.Err.Error()
+}
+func (e *LoadError) Unwrap() error { return e.Err }
+
 // Load reads and validates the file at path.
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config %s: %w", path, err)
+		return nil, &LoadError{Op: "read", Path: path, Err: err}
 	}
 	c, err := Parse(b)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, &LoadError{Op: "parse", Path: path, Strict: strictIn(b), Err: err}
 	}
 	return c, nil
+}
+
+var strictLine = regexp.MustCompile(`^\s*strict\s*=\s*true\s*(#.*)?$`)
+
+// strictIn finds strict = true among the top-level keys of a file that
+// does not parse or validate.
+func strictIn(data []byte) bool {
+	var top struct {
+		Strict bool `toml:"strict"`
+	}
+	if _, err := toml.Decode(string(data), &top); err == nil {
+		return top.Strict
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "[") {
+			break
+		}
+		if strictLine.MatchString(line) {
+			return true
+		}
+	}
+	return false
 }
 
 // Parse decodes and validates a TOML document over Default().

@@ -5,14 +5,18 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/vmharness"
+	"github.com/oomguard/oomguard/doctor"
+	"github.com/oomguard/oomguard/test/vm"
 )
 
 var variantTitles = map[string]string{
@@ -24,29 +28,44 @@ var variantTitles = map[string]string{
 }
 
 func main() {
-	if err := run(); err != nil {
+	verbose := flag.Bool("v", false, "show the logs of NRI's runtime side and the plugins on the terminal too")
+	flag.Parse()
+	if err := run(*verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(verbose bool) error {
 	start := time.Now()
 	repo, err := os.Getwd()
 	if err != nil {
 		return err
 	}
+	logPath := filepath.Join(repo, "build", "demo.log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
 	fmt.Println("oomguard demo: a real Linux kernel with cgroup v2, booted in QEMU, runs each incident")
 	fmt.Println("once as kubelet sets pods up today (Guaranteed: oom_score_adj -997, memory.oom.group 1)")
 	fmt.Println("and once with each part of oomguard. Preparing the kernel and binaries…")
 	ctx := context.Background()
-	env, err := vmharness.NewEnv(ctx, repo, filepath.Join(repo, "build", "vm"))
+	env, err := vm.NewEnv(repo, filepath.Join(repo, "build"))
 	if err != nil {
 		return fmt.Errorf("%w (run it as make demo, as root)", err)
 	}
+	env.Log = logFile
+	if verbose {
+		env.Log = io.MultiWriter(logFile, os.Stderr)
+	}
 	failed := 0
 	n := 0
-	for _, s := range vmharness.Scenarios() {
+	for _, s := range vm.Scenarios() {
 		if s.Slow {
 			continue // containerd in the VM: make e2e runs those
 		}
@@ -78,8 +97,8 @@ side (the hook or the NRI plugin) can turn memory.oom.group off. oomguard-doctor
 names both risks on such a node: the whole-container kill, and a serial console
 that one OOM task dump holds for seconds with interrupts off.
 
-Done in %.0fs.
-`, time.Since(start).Seconds())
+Done in %.0fs. The logs of NRI's runtime side and the plugins are in %s.
+`, time.Since(start).Seconds(), logPath)
 	if failed > 0 {
 		return fmt.Errorf("%d runs did not show what they should", failed)
 	}
@@ -87,7 +106,7 @@ Done in %.0fs.
 }
 
 // narrate says what the kernel killed and who lived, from the run's facts.
-func narrate(r *vmharness.Run) string {
+func narrate(r *vm.Run) string {
 	killed := uniq(r.KilledComms())
 	var b strings.Builder
 	if len(killed) == 0 {
@@ -113,7 +132,7 @@ func narrate(r *vmharness.Run) string {
 	var checks []string
 	for _, m := range r.Results {
 		if c, ok := m["check"]; ok {
-			checks = append(checks, c+" "+severityNames[m["severity"]])
+			checks = append(checks, c+" "+severityName(m["severity"]))
 		}
 	}
 	if len(checks) > 0 {
@@ -127,7 +146,18 @@ func narrate(r *vmharness.Run) string {
 	return b.String()
 }
 
-var severityNames = map[string]string{"0": "ok", "1": "info", "2": "unknown", "3": "WARNING", "4": "CRITICAL"}
+// severityName names a severity the VM reported as a number; the worrying
+// ones in capitals.
+func severityName(n string) string {
+	v, err := strconv.Atoi(n)
+	if err != nil || v < int(doctor.OK) || v > int(doctor.Critical) {
+		return "?" + n
+	}
+	if s := doctor.Severity(v); s >= doctor.Warning {
+		return strings.ToUpper(s.String())
+	}
+	return doctor.Severity(v).String()
+}
 
 func uniq(s []string) []string {
 	var out []string

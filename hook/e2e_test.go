@@ -1,6 +1,6 @@
 //go:build e2e
 
-package main
+package hook_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/runcbundle"
+	"github.com/oomguard/oomguard/test/runcbundle"
 )
 
 func runcEnv(t *testing.T) *env {

@@ -1,4 +1,4 @@
-package main
+package hook_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 var hookBin string
@@ -23,10 +24,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	hookBin = filepath.Join(dir, "oomguard-hook")
-	out, err := exec.Command("go", "build", "-o", hookBin, ".").CombinedOutput()
+	hookBin, err = testbin.Program(dir, "oomguard-hook")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the hook: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -383,18 +383,5 @@ func TestHookGroupOnV2Tree(t *testing.T) {
 	}
 	if adj, _ := os.ReadFile(filepath.Join(root, "proc/42/oom_score_adj")); string(adj) != "900\n" {
 		t.Fatal("the score must still be set when the cgroup is gone")
-	}
-}
-
-func TestUsage(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"--bogus"}, nil, &out, &errb); code != 2 {
-		t.Fatalf("unknown flag: exit %d", code)
-	}
-	if code := run([]string{"extra"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unexpected argument "extra"`) {
-		t.Fatalf("extra argument: exit %d, %q", code, errb.String())
-	}
-	if code := run([]string{"help"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "install") {
-		t.Fatalf("help: exit %d", code)
 	}
 }

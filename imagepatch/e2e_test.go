@@ -25,8 +25,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/oomguard/oomguard/internal/registrytest"
-	"github.com/oomguard/oomguard/internal/runcbundle"
+	"github.com/oomguard/oomguard/test/registrytest"
+	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 func startRegistry(t *testing.T) *registrytest.Registry {
@@ -41,9 +42,9 @@ func startRegistry(t *testing.T) *registrytest.Registry {
 
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "imagepatch")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/imagepatch").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v: %s", err, out)
+	bin, err := testbin.Program(t.TempDir(), "imagepatch")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -166,12 +167,13 @@ func TestE2ERegistry(t *testing.T) {
 
 	// An upgrade from a patched tag has one patch layer.
 	specFile := filepath.Join(t.TempDir(), "v2.toml")
-	os.WriteFile(specFile, bytes.Replace(ShimSpecTOML(), []byte(`version = "1"`), []byte(`version = "2"`), 1), 0o644)
-	code, res, stderr = cli(t, bin, "apply", "--spec", specFile, repo+":v000-oomguard-init.1")
-	if code != 0 || len(res) != 1 || !res[0].Upgraded || !strings.HasSuffix(res[0].Destination, ":v000-oomguard-init.2") {
+	next := ShimSpec().Version + "0"
+	os.WriteFile(specFile, bytes.Replace(ShimSpecTOML(), []byte(`version = "`+ShimSpec().Version+`"`), []byte(`version = "`+next+`"`), 1), 0o644)
+	code, res, stderr = cli(t, bin, "apply", "--spec", specFile, repo+":v000-"+shimSuffix)
+	if code != 0 || len(res) != 1 || !res[0].Upgraded || !strings.HasSuffix(res[0].Destination, ":v000-oomguard-init."+next) {
 		t.Fatalf("upgrade: exit %d %+v %s", code, res, stderr)
 	}
-	up, _ := remote.Image(mustTag(t, repo+":v000-oomguard-init.2"))
+	up, _ := remote.Image(mustTag(t, repo+":v000-oomguard-init."+next))
 	if ls, _ := up.Layers(); len(ls) != 4 {
 		t.Fatalf("upgrade has %d layers, want 3 + 1", len(ls))
 	}
@@ -179,7 +181,7 @@ func TestE2ERegistry(t *testing.T) {
 	// A different image already at a destination: refused, untouched.
 	seed(t, reg.Host, "ml/other", 1)
 	other, _ := remote.Image(mustTag(t, reg.Host+"/ml/other:v000"))
-	squatter := mustTag(t, reg.Host+"/ml/other:v000-oomguard-init.1")
+	squatter := mustTag(t, reg.Host+"/ml/other:v000-"+shimSuffix)
 	if err := remote.Write(squatter, mutate.MediaType(empty.Image, types.OCIManifestSchema1)); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +202,7 @@ func TestE2ERegistry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("resolve on demand: %v", err)
 	}
-	if _, err := remote.Head(mustTag(t, reg.Host+"/ml/fresh:v000-oomguard-init.1")); err != nil {
+	if _, err := remote.Head(mustTag(t, reg.Host+"/ml/fresh:v000-"+shimSuffix)); err != nil {
 		t.Fatalf("resolve did not push the patched tag (%s): %v", out, err)
 	}
 
@@ -247,7 +249,7 @@ func TestE2EIndex(t *testing.T) {
 	if code != 0 || res[0].Action != ActionPush {
 		t.Fatalf("exit %d %+v %s", code, res, stderr)
 	}
-	got, err := remote.Index(mustTag(t, reg.Host+"/ml/multi:v1-oomguard-init.1"))
+	got, err := remote.Index(mustTag(t, reg.Host+"/ml/multi:v1-"+shimSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +285,7 @@ func TestE2EPatchedImageBoots(t *testing.T) {
 	if res := p.Apply(context.Background(), src); res.Action != ActionPush {
 		t.Fatalf("%+v", res)
 	}
-	patched, err := remote.Image(mustTag(t, reg.Host+"/ml/vm:v1-oomguard-init.1"))
+	patched, err := remote.Image(mustTag(t, reg.Host+"/ml/vm:v1-"+shimSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,11 +307,9 @@ func TestE2EPatchedImageBoots(t *testing.T) {
 // The shims imagepatch embeds are what make build makes now.
 func TestE2EEmbeddedShimsAreFresh(t *testing.T) {
 	for arch, embedded := range map[string][]byte{"amd64": shimAMD64, "arm64": shimARM64} {
-		out := filepath.Join(t.TempDir(), "shim")
-		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", out, "../initshim")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %s", err, b)
+		out, err := testbin.Build(t.TempDir(), "shim", "./cmd/oomguard-init", "GOOS=linux", "GOARCH="+arch)
+		if err != nil {
+			t.Fatal(err)
 		}
 		fresh, _ := os.ReadFile(out)
 		if !bytes.Equal(fresh, embedded) {

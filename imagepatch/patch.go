@@ -15,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -53,10 +54,13 @@ type Patcher struct {
 	ropt []remote.Option
 	jobs int
 
-	mu       sync.Mutex
-	layers   map[string]v1.Layer   // by arch and media type
-	uploaded map[string]*sync.Once // by repository and layer digest
-	upErr    map[string]error
+	// One puller and one pusher for every tag: a registry is pinged once per
+	// repository, and a blob is written to a repository once.
+	puller *remote.Puller
+	pusher *remote.Pusher
+
+	mu     sync.Mutex
+	layers map[string]v1.Layer // by arch and media type
 }
 
 // Option configures a Patcher.
@@ -92,7 +96,7 @@ func WithJobs(n int) Option {
 
 // New makes a Patcher for spec.
 func New(spec *Spec, opts ...Option) (*Patcher, error) {
-	p := &Patcher{spec: spec, jobs: 4, layers: map[string]v1.Layer{}, uploaded: map[string]*sync.Once{}, upErr: map[string]error{}}
+	p := &Patcher{spec: spec, jobs: 4, layers: map[string]v1.Layer{}}
 	if err := WithTagTemplate(DefaultTagTemplate)(p); err != nil {
 		return nil, err
 	}
@@ -100,6 +104,13 @@ func New(spec *Spec, opts ...Option) (*Patcher, error) {
 		if err := o(p); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if p.puller, err = remote.NewPuller(p.ropt...); err != nil {
+		return nil, err
+	}
+	if p.pusher, err = remote.NewPusher(p.ropt...); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -167,7 +178,7 @@ func (p *Patcher) do(ctx context.Context, src name.Tag, apply bool) Result {
 		res.Action, res.Error = ActionFailed, err.Error()
 		return res
 	}
-	opts := append([]remote.Option{remote.WithContext(ctx)}, p.ropt...)
+	opts := []remote.Option{remote.WithContext(ctx), remote.Reuse(p.puller), remote.Reuse(p.pusher)}
 	b, skip, err := p.build(src, opts)
 	if err != nil {
 		return fail(err)
@@ -200,7 +211,7 @@ func (p *Patcher) do(ctx context.Context, src name.Tag, apply bool) Result {
 	if !apply {
 		return res
 	}
-	if err := p.push(dst, b, opts); err != nil {
+	if err := p.push(ctx, dst, b, opts); err != nil {
 		return fail(err)
 	}
 	return res
@@ -434,83 +445,35 @@ func (p *Patcher) layer(arch string, mt types.MediaType) (v1.Layer, error) {
 	return l, nil
 }
 
-// push uploads the patch layers once per repository, then the result.
-func (p *Patcher) push(dst name.Tag, b *built, opts []remote.Option) error {
-	var layers []v1.Layer
-	collect := func(img v1.Image) error {
-		ls, err := img.Layers()
-		if err != nil {
-			return err
-		}
-		if len(p.spec.Files) > 0 {
-			layers = append(layers, ls[len(ls)-1])
+// push writes the result. An image needs only its config and manifest
+// written, and the patch layer once per repository: its base layers are the
+// source's, in the same repository. An index goes through remote.WriteIndex.
+func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built, opts []remote.Option) error {
+	if b.idx != nil {
+		if err := remote.WriteIndex(dst, b.idx, opts...); err != nil {
+			return fmt.Errorf("push %s: %w", dst, err)
 		}
 		return nil
 	}
-	if b.img != nil {
-		if err := collect(b.img); err != nil {
-			return err
-		}
-	} else {
-		im, err := b.idx.IndexManifest()
-		if err != nil {
-			return err
-		}
-		for _, d := range im.Manifests {
-			img, err := b.idx.Image(d.Digest)
-			if err != nil {
-				continue
-			}
-			if cf, err := img.ConfigFile(); err == nil && cf.Config.Labels[LabelName] == p.spec.Name {
-				if err := collect(img); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	for _, l := range layers {
-		if err := p.uploadOnce(dst.Context(), l, opts); err != nil {
-			return err
-		}
-	}
-	var err error
-	if b.img != nil {
-		err = remote.Write(dst, b.img, opts...)
-	} else {
-		err = remote.WriteIndex(dst, b.idx, opts...)
-	}
-	if err != nil {
-		return fmt.Errorf("push %s: %w", dst, err)
-	}
-	return nil
-}
-
-func (p *Patcher) uploadOnce(repo name.Repository, l v1.Layer, opts []remote.Option) error {
-	d, err := l.Digest()
+	ls, err := b.img.Layers()
 	if err != nil {
 		return err
 	}
-	key := repo.String() + "@" + d.String()
-	p.mu.Lock()
-	once, ok := p.uploaded[key]
-	if !ok {
-		once = &sync.Once{}
-		p.uploaded[key] = once
-	}
-	p.mu.Unlock()
-	once.Do(func() {
-		err := remote.WriteLayer(repo, l, opts...)
-		p.mu.Lock()
-		p.upErr[key] = err
-		if err != nil {
-			delete(p.uploaded, key) // let a later tag try again
+	if len(p.spec.Files) > 0 {
+		if err := p.pusher.Upload(ctx, dst.Context(), ls[len(ls)-1]); err != nil {
+			return fmt.Errorf("upload the patch layer to %s: %w", dst.Context(), err)
 		}
-		p.mu.Unlock()
-	})
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.upErr[key]; err != nil {
-		return fmt.Errorf("upload the patch layer to %s: %w", repo, err)
+	}
+	cl, err := partial.ConfigLayer(b.img)
+	if err != nil {
+		return err
+	}
+	if err := p.pusher.Upload(ctx, dst.Context(), cl); err != nil {
+		return fmt.Errorf("upload the config of %s: %w", dst, err)
+	}
+	// Put, not Push: do() has just seen that the tag does not exist.
+	if err := p.pusher.Put(ctx, dst, b.img); err != nil {
+		return fmt.Errorf("push %s: %w", dst, err)
 	}
 	return nil
 }

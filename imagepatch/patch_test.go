@@ -35,6 +35,9 @@ type counter struct {
 	next http.RoundTripper
 }
 
+// shimSuffix ends the tags the built-in spec's results get by default.
+var shimSuffix = "oomguard-init." + ShimSpec().Version
+
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
 	c.reqs = append(c.reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
@@ -176,7 +179,7 @@ func TestApplyImage(t *testing.T) {
 		t.Fatalf("patch layer uploaded %d times, want once", n)
 	}
 
-	got, err := remote.Image(r.tag(t, "ml/base:v0-oomguard-init.1"))
+	got, err := remote.Image(r.tag(t, "ml/base:v0-"+shimSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +188,7 @@ func TestApplyImage(t *testing.T) {
 		t.Fatalf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
 	}
 	bd, _ := base.Digest()
-	if cf.Config.Labels[LabelName] != "oomguard-init" || cf.Config.Labels[LabelVersion] != "1" || cf.Config.Labels[LabelBaseDigest] != bd.String() ||
+	if cf.Config.Labels[LabelName] != "oomguard-init" || cf.Config.Labels[LabelVersion] != ShimSpec().Version || cf.Config.Labels[LabelBaseDigest] != bd.String() ||
 		cf.Config.Labels[LabelBaseName] != r.host+"/ml/base:v0" {
 		t.Fatalf("labels %v", cf.Config.Labels)
 	}
@@ -204,7 +207,7 @@ func TestApplyImage(t *testing.T) {
 		t.Fatalf("re-apply wrote %d times", n)
 	}
 	// A result is not patched again.
-	if res := p.Apply(context.Background(), r.tag(t, "ml/base:v0-oomguard-init.1")); res.Action != ActionSkipped {
+	if res := p.Apply(context.Background(), r.tag(t, "ml/base:v0-"+shimSuffix)); res.Action != ActionSkipped {
 		t.Fatalf("patching a result: %+v", res)
 	}
 }
@@ -217,13 +220,13 @@ func TestUpgradeStartsFromRecordedBase(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 	v2 := ShimSpec()
-	v2.Version = "2"
+	v2.Version += "0"
 	// Upgrade from the patched tag, as a platform whose "current" tag points at a result would.
-	res := patcher(t, r, v2).Apply(context.Background(), r.tag(t, "ml/base:v1-oomguard-init.1"))
-	if res.Action != ActionPush || !res.Upgraded || res.Destination != r.host+"/ml/base:v1-oomguard-init.2" {
+	res := patcher(t, r, v2).Apply(context.Background(), r.tag(t, "ml/base:v1-"+shimSuffix))
+	if res.Action != ActionPush || !res.Upgraded || res.Destination != r.host+"/ml/base:v1-oomguard-init."+v2.Version {
 		t.Fatalf("%+v", res)
 	}
-	got, _ := remote.Image(r.tag(t, "ml/base:v1-oomguard-init.2"))
+	got, _ := remote.Image(r.tag(t, "ml/base:v1-oomguard-init."+v2.Version))
 	ls, _ := got.Layers()
 	bl, _ := base.Layers()
 	if len(ls) != len(bl)+1 {
@@ -231,7 +234,7 @@ func TestUpgradeStartsFromRecordedBase(t *testing.T) {
 	}
 	cf, _ := got.ConfigFile()
 	bd, _ := base.Digest()
-	if cf.Config.Labels[LabelVersion] != "2" || cf.Config.Labels[LabelBaseDigest] != bd.String() {
+	if cf.Config.Labels[LabelVersion] != v2.Version || cf.Config.Labels[LabelBaseDigest] != bd.String() {
 		t.Fatalf("labels %v", cf.Config.Labels)
 	}
 	// No entrypoint and no cmd: the shim's default command follows it, once.
@@ -268,7 +271,7 @@ func TestIndex(t *testing.T) {
 			if res.Action != ActionPush {
 				t.Fatalf("%+v", res)
 			}
-			got, err := remote.Index(r.tag(t, "ml/multi:v1-oomguard-init.1"))
+			got, err := remote.Index(r.tag(t, "ml/multi:v1-"+shimSuffix))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,15 +318,15 @@ func TestIndex(t *testing.T) {
 func TestRefusedAndErrors(t *testing.T) {
 	r := newRegistry(t)
 	r.push(t, "ml/base:v1", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
-	r.push(t, "ml/base:v1-oomguard-init.1", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	r.push(t, "ml/base:v1-"+shimSuffix, image(t, "amd64", types.OCIManifestSchema1, nil, nil))
 	r.push(t, "ml/base:zarch", image(t, "s390x", types.OCIManifestSchema1, nil, nil))
-	before, _ := remote.Head(r.tag(t, "ml/base:v1-oomguard-init.1"))
+	before, _ := remote.Head(r.tag(t, "ml/base:v1-"+shimSuffix))
 	p := patcher(t, r, ShimSpec())
 	res := p.Apply(context.Background(), r.tag(t, "ml/base:v1"))
 	if res.Action != ActionRefused || !strings.Contains(res.Error, "already holds") {
 		t.Fatalf("%+v", res)
 	}
-	if after, _ := remote.Head(r.tag(t, "ml/base:v1-oomguard-init.1")); after.Digest != before.Digest {
+	if after, _ := remote.Head(r.tag(t, "ml/base:v1-"+shimSuffix)); after.Digest != before.Digest {
 		t.Fatal("a refused tag was changed")
 	}
 	for _, tc := range []struct{ ref, want string }{
@@ -374,7 +377,7 @@ func TestAuthFailure(t *testing.T) {
 func TestTagTemplate(t *testing.T) {
 	base, _ := name.NewTag("registry.example.com/ml/base:v1")
 	for _, tc := range []struct{ tmpl, want, err string }{
-		{DefaultTagTemplate, "v1-oomguard-init.1", ""},
+		{DefaultTagTemplate, "v1-" + shimSuffix, ""},
 		{"{{.Repo}}", "", "not a valid tag"},
 		{"{{.Tag}}-{{.Nope}}", "", "map has no entry for key"},
 		{"{{.Tag", "", "tag template"},

@@ -1,32 +1,31 @@
 //go:build e2e
 
-package main
+package initshim
 
 import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/runcbundle"
+	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 // buildShim builds the shim as `make build` does, with a build cache of its own.
 func buildShim(t *testing.T, goarch, cache string) []byte {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "oomguard-init")
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", out, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOFLAGS=")
+	env := []string{"GOOS=linux", "GOARCH=" + goarch}
 	if cache != "" {
-		cmd.Env = append(cmd.Env, "GOCACHE="+cache)
+		env = append(env, "GOCACHE="+cache)
 	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build for %s: %v: %s", goarch, err, b)
+	out, err := testbin.Build(t.TempDir(), "oomguard-init", "./cmd/oomguard-init", env...)
+	if err != nil {
+		t.Fatalf("build for %s: %v", goarch, err)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {

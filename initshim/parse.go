@@ -1,4 +1,4 @@
-package main
+package initshim
 
 // Environment variables an operator sets per pod; they win over the flags,
 // which are baked into the image's entrypoint.

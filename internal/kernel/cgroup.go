@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -79,6 +80,25 @@ func ProcCgroup(root string, mode Mode, pid int) (string, error) {
 		return "", fmt.Errorf("read %s: %w", p, err)
 	}
 	return cg, nil
+}
+
+// cgroupLineBytes is cgroupLine on the file's bytes, allocating only the path.
+func cgroupLineBytes(b []byte, mode Mode) (string, error) {
+	if mode == ModeV2 {
+		for len(b) > 0 {
+			line := b
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				line, b = b[:i], b[i+1:]
+			} else {
+				b = nil
+			}
+			if bytes.HasPrefix(line, []byte("0::")) {
+				return string(line[3:]), nil
+			}
+		}
+		return "", errors.New("no unified (0::) entry")
+	}
+	return cgroupLine(string(b), mode)
 }
 
 // cgroupLine finds the path in the text of /proc/PID/cgroup: the "0::"

@@ -2,12 +2,14 @@ package kernel
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 )
 
 // Process is what /proc says about one process.
@@ -27,6 +29,7 @@ type ProcReader struct {
 	root string
 	mode Mode
 	buf  []byte
+	path []byte // NUL-terminated, reused
 }
 
 // NewProcReader makes a reader; use one per goroutine.
@@ -35,17 +38,19 @@ func NewProcReader(root string, mode Mode) *ProcReader {
 }
 
 func (r *ProcReader) file(pid int, name string) ([]byte, error) {
-	p := r.root + "/proc/" + strconv.Itoa(pid) + "/" + name
-	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	r.path = append(append(r.path[:0], r.root...), "/proc/"...)
+	r.path = append(append(append(strconv.AppendInt(r.path, int64(pid), 10), '/'), name...), 0)
+	p := func() string { return string(r.path[:len(r.path)-1]) }
+	fd, err := openat(r.path)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+		return nil, &os.PathError{Op: "open", Path: p(), Err: err}
 	}
 	defer syscall.Close(fd)
 	n := 0
 	for {
 		m, err := syscall.Read(fd, r.buf[n:])
 		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+			return nil, &os.PathError{Op: "read", Path: p(), Err: err}
 		}
 		if m == 0 {
 			return r.buf[:n], nil
@@ -62,30 +67,46 @@ func (r *ProcReader) int(pid int, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
+	v, ok := parseInt(b)
+	if !ok {
+		return 0, fmt.Errorf("parse /proc/%d/%s: %q is not a number", pid, name, b)
+	}
+	return v, nil
 }
 
-// Read reads one process; it fails when the process is gone.
+// openat opens the NUL-terminated path read-only: syscall.Open would copy
+// the path into a new allocation for each of a node's 100,000 files.
+func openat(path []byte) (int, error) {
+	dirfd := -100 // AT_FDCWD
+	fd, _, e := syscall.Syscall6(syscall.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])),
+		uintptr(syscall.O_RDONLY|syscall.O_CLOEXEC), 0, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
+}
+
+// Read reads one process; it fails when the process is gone. It allocates
+// only what it keeps: a node has tens of thousands of processes.
 func (r *ProcReader) Read(pid int) (Process, error) {
 	p := Process{Pid: pid}
 	stat, err := r.file(pid, "stat")
 	if err != nil {
 		return p, err
 	}
-	// pid (comm) state ppid …: comm may hold spaces and parentheses.
-	s := string(stat)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	// pid (comm) state ppid pgrp session tty tpgid flags …: comm may hold
+	// spaces and parentheses.
+	open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
 	if open < 0 || closing < open {
 		return p, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
-	p.Comm = s[open+1 : closing]
-	fields := strings.Fields(s[closing+1:])
-	if len(fields) < 2 {
+	p.Comm = string(stat[open+1 : closing])
+	fields := statFields(stat[closing+1:])
+	if fields[1] == nil {
 		return p, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
-	p.PPid, _ = strconv.Atoi(fields[1])
-	if len(fields) > 6 {
-		flags, _ := strconv.ParseUint(fields[6], 10, 64)
+	p.PPid, _ = parseInt(fields[1])
+	if flags, ok := parseInt(fields[6]); ok {
 		p.Kernel = flags&0x00200000 != 0 // PF_KTHREAD
 	}
 	cmd, err := r.file(pid, "cmdline")
@@ -102,9 +123,50 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 		return p, err
 	}
 	if cg, err := r.file(pid, "cgroup"); err == nil {
-		p.Cgroup, _ = cgroupLine(string(cg), r.mode)
+		p.Cgroup, _ = cgroupLineBytes(cg, r.mode)
 	}
 	return p, nil
+}
+
+// statFields returns the first seven space-separated fields after comm:
+// state, ppid, pgrp, session, tty_nr, tpgid, flags; nil where missing.
+func statFields(b []byte) (f [7][]byte) {
+	for i := range f {
+		b = bytes.TrimLeft(b, " ")
+		if len(b) == 0 {
+			return f
+		}
+		end := bytes.IndexByte(b, ' ')
+		if end < 0 {
+			end = len(b)
+		}
+		f[i], b = bytes.TrimRight(b[:end], "\n"), b[end:]
+	}
+	return f
+}
+
+// parseInt parses a decimal integer surrounded by white space, without
+// allocating.
+func parseInt(b []byte) (int, bool) {
+	b = bytes.TrimSpace(b)
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // ReadSysctl returns /proc/sys/NAME (dots or slashes) trimmed.

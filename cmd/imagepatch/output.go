@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/oomguard/oomguard/imagepatch"
+)
+
+// patch plans or applies srcs, shows progress on a terminal, reports the
+// results and returns the exit status.
+func patch(ctx context.Context, p *imagepatch.Patcher, srcs []name.Tag, apply, asJSON bool, stdout, stderr io.Writer) int {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var done atomic.Int64
+	progress := newProgress(stderr, len(srcs))
+	results := p.Run(ctx, srcs, apply, func(r imagepatch.Result) {
+		progress.update(int(done.Add(1)))
+		if r.Action == imagepatch.ActionFailed {
+			log.Warn("failed", "source", r.Source, "err", r.Error)
+		}
+	})
+	progress.finish()
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(results)
+	} else {
+		summary(stdout, results, !apply)
+	}
+	for _, r := range results {
+		if r.Action == imagepatch.ActionFailed || r.Action == imagepatch.ActionRefused {
+			return 1
+		}
+	}
+	return 0
+}
+
+func resolve(ctx context.Context, p *imagepatch.Patcher, ref string, nameOpts []name.Option, stdout, stderr io.Writer) int {
+	src, err := imagepatch.ParseTag(ref, nameOpts...)
+	if err != nil {
+		fmt.Fprintf(stderr, "imagepatch resolve: %v\n", err)
+		return 2
+	}
+	r := p.Apply(ctx, src)
+	switch r.Action {
+	case imagepatch.ActionPush, imagepatch.ActionUnchanged:
+		dst, _ := name.NewTag(r.Destination, nameOpts...)
+		fmt.Fprintln(stdout, dst.Context().Digest(r.Digest).String())
+		return 0
+	case imagepatch.ActionSkipped:
+		fmt.Fprintln(stdout, ref) // already the patched image
+		return 0
+	}
+	fmt.Fprintf(stderr, "imagepatch resolve %s: %s: %s\n", ref, r.Action, r.Error)
+	return 1
+}
+
+func summary(w io.Writer, results []imagepatch.Result, plan bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tDESTINATION\tACTION\tDIGEST\tNOTE")
+	counts := map[imagepatch.Action]int{}
+	for _, r := range results {
+		counts[r.Action]++
+		action := string(r.Action)
+		if plan && r.Action == imagepatch.ActionPush {
+			action = "would push"
+		}
+		note := r.Error
+		if r.Upgraded {
+			note = strings.TrimSpace("from recorded base " + r.Base + " " + note)
+		}
+		if len(r.Dropped) > 0 {
+			note = strings.TrimSpace(note + " dropped: " + strings.Join(r.Dropped, ", "))
+		}
+		digest := r.Digest
+		if len(digest) > 19 {
+			digest = digest[:19]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Source, r.Destination, action, digest, note)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d tags: %d push, %d unchanged, %d skipped, %d refused, %d failed\n", len(results),
+		counts[imagepatch.ActionPush], counts[imagepatch.ActionUnchanged], counts[imagepatch.ActionSkipped],
+		counts[imagepatch.ActionRefused], counts[imagepatch.ActionFailed])
+}
+
+// progress draws a one-line bar on a terminal, and nothing elsewhere.
+type progress struct {
+	w     io.Writer
+	total int
+	tty   bool
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progress{w: w, total: total, tty: tty}
+}
+
+func (p *progress) update(done int) {
+	if !p.tty || p.total == 0 {
+		return
+	}
+	const width = 30
+	n := done * width / p.total
+	fmt.Fprintf(p.w, "\r[%s%s] %d/%d", strings.Repeat("#", n), strings.Repeat(" ", width-n), done, p.total)
+}
+
+func (p *progress) finish() {
+	if p.tty && p.total > 0 {
+		fmt.Fprintln(p.w)
+	}
+}

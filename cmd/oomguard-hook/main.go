@@ -1,0 +1,99 @@
+// oomguard-hook is an OCI runtime hook (createRuntime, or prestart on old
+// runtimes) that sets a container's oom_score_adj and memory.oom.group from
+// the oomguard policy before the container's own process runs.
+//
+//	oomguard-hook [--config FILE] [--strict]        run as a hook: OCI state on stdin
+//	oomguard-hook install [--hooks-dir DIR] …       write the hooks.d JSON
+//	oomguard-hook print-config …                    print the hooks.d JSON
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/hook"
+	"github.com/oomguard/oomguard/install"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `oomguard-hook: OCI runtime hook that sets oom_score_adj and memory.oom.group
+from the oomguard policy when a container is created.
+
+Usage:
+  oomguard-hook [--config FILE] [--strict] [--log-file DEST] [--root DIR]
+      Run as a createRuntime (or prestart) hook: reads the OCI state on stdin.
+  oomguard-hook install [--hooks-dir DIR] [--hook-path PATH] [--config FILE] [--stage STAGE] [--dry-run]
+      Write oomguard.json into a hooks.d directory (CRI-O, podman). Idempotent.
+  oomguard-hook print-config [same flags as install]
+      Print that JSON instead of writing it.
+`
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "install", "print-config":
+			return cmdInstall(args[0], args[1:], stdout, stderr)
+		case "help", "-h", "--help":
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+	}
+	fs := flag.NewFlagSet("oomguard-hook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	var o hook.Options
+	fs.StringVar(&o.ConfigPath, "config", "", "configuration file (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+	fs.BoolVar(&o.Strict, "strict", false, "fail closed: exit non-zero on any error (also strict = true in the config)")
+	fs.StringVar(&o.Root, "root", "/", "host filesystem root holding /proc and /sys")
+	fs.StringVar(&o.LogFile, "log-file", "", "log destination overriding the config's log.file: a path, syslog or stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "oomguard-hook: unexpected argument %q; run 'oomguard-hook help'\n", fs.Arg(0))
+		return 2
+	}
+	return hook.Run(o, stdin, stderr)
+}
+
+func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("oomguard-hook "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o install.HookOptions
+	fs.StringVar(&o.Dir, "hooks-dir", install.DefaultHooksDir, "hooks.d directory to write "+install.HookFileName+" into")
+	fs.StringVar(&o.HookPath, "hook-path", "", "absolute path of the oomguard-hook binary the runtime runs (default: this binary)")
+	cfgPath := fs.String("config", "", "configuration file the hook reads (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+	fs.StringVar(&o.Stage, "stage", "createRuntime", "OCI hook stage: createRuntime, or prestart for runtimes without it")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "show what would change without writing")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "oomguard-hook %s: unexpected argument %q\n", name, fs.Arg(0))
+		return 2
+	}
+	o.ConfigPath = config.Path(*cfgPath)
+	var err error
+	if name == "print-config" {
+		var doc []byte
+		if doc, err = install.HookDocument(o); err == nil {
+			stdout.Write(doc)
+		}
+	} else {
+		err = install.Hook(o, stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "oomguard-hook %s: %v\n", name, err)
+		if _, bad := err.(*install.OptionError); bad {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The manifests in deploy/ hold together: the DaemonSet mounts the socket
+// the config names, runs node-critical, and uses the ConfigMap kustomize makes.
+func TestDeployManifests(t *testing.T) {
+	var kust struct {
+		Resources          []string `yaml:"resources"`
+		ConfigMapGenerator []struct {
+			Name  string   `yaml:"name"`
+			Files []string `yaml:"files"`
+		} `yaml:"configMapGenerator"`
+	}
+	readYAML(t, "../../deploy/kustomization.yaml", &kust)
+	for _, r := range kust.Resources {
+		if _, err := os.Stat(filepath.Join("../../deploy", r)); err != nil {
+			t.Errorf("kustomization resource %s: %v", r, err)
+		}
+	}
+	if len(kust.ConfigMapGenerator) != 1 || kust.ConfigMapGenerator[0].Name != "oomguard-config" {
+		t.Fatalf("configMapGenerator: %+v", kust.ConfigMapGenerator)
+	}
+	f, err := os.Open("../../deploy/nri-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	var ds map[string]any
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			break
+		}
+		if doc["kind"] == "DaemonSet" {
+			ds = doc
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet")
+	}
+	spec := dig(ds, "spec", "template", "spec")
+	if spec["priorityClassName"] != "system-node-critical" {
+		t.Errorf("priorityClassName %v", spec["priorityClassName"])
+	}
+	ctr := spec["containers"].([]any)[0].(map[string]any)
+	var args []string
+	for _, a := range ctr["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	if !slices.Contains(args, "--socket=/var/run/nri/nri.sock") || !slices.Contains(args, "--root=/host") {
+		t.Errorf("args %v", args)
+	}
+	var paths, configMaps []string
+	for _, v := range spec["volumes"].([]any) {
+		vol := v.(map[string]any)
+		if hp, ok := vol["hostPath"].(map[string]any); ok {
+			paths = append(paths, hp["path"].(string))
+		}
+		if cm, ok := vol["configMap"].(map[string]any); ok {
+			configMaps = append(configMaps, cm["name"].(string))
+		}
+	}
+	if !slices.Contains(paths, "/var/run/nri") || !slices.Contains(paths, "/proc") || !slices.Contains(paths, "/sys/fs/cgroup") {
+		t.Errorf("hostPath volumes %v", paths)
+	}
+	if len(spec["containers"].([]any)) != 2 {
+		t.Errorf("want the plugin and the doctor containers")
+	}
+	if !slices.Equal(configMaps, []string{"oomguard-config"}) {
+		t.Errorf("configMaps %v", configMaps)
+	}
+	if run([]string{"--bogus"}, &strings.Builder{}, &strings.Builder{}) != 2 {
+		t.Error("unknown flag must exit 2")
+	}
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.Contains(usage, "--"+name) {
+			t.Errorf("the DaemonSet passes --%s, which the usage does not document", name)
+		}
+	}
+}
+
+func readYAML(t *testing.T, p string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+}
+
+func dig(m map[string]any, keys ...string) map[string]any {
+	for _, k := range keys {
+		m = m[k].(map[string]any)
+	}
+	return m
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	gotoml "github.com/pelletier/go-toml/v2"
+	"github.com/sirupsen/logrus"
+
+	"github.com/oomguard/oomguard/install"
+)
+
+func readShipped(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMain(m *testing.M) {
+	logrus.SetLevel(logrus.ErrorLevel) // the NRI adaptation's own chatter
+	os.Exit(m.Run())
+}
+
+// The head of `containerd config default` for 1.7 (version 2) and 2.x (version 3).
+const containerd17Config = `disabled_plugins = []
+imports = []
+oom_score = 0
+plugin_dir = ""
+required_plugins = []
+root = "/var/lib/containerd"
+state = "/run/containerd"
+temp = ""
+version = 2
+
+[cgroup]
+  path = ""
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins]
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.8"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = true
+    disable_connections = false
+    plugin_config_path = "/etc/nri/conf.d"
+    plugin_path = "/opt/nri/plugins"
+    plugin_registration_timeout = "5s"
+    plugin_request_timeout = "2s"
+    socket_path = "/var/run/nri/nri.sock"
+`
+
+const containerd2Config = `version = 3
+root = '/var/lib/containerd'
+state = '/run/containerd'
+temp = ''
+plugin_dir = ''
+disabled_plugins = []
+required_plugins = []
+oom_score = 0
+
+[grpc]
+  address = '/run/containerd/containerd.sock'
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.runtime']
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes]
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+          runtime_type = 'io.containerd.runc.v2'
+          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+            SystemdCgroup = true
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = '/var/run/nri/nri.sock'
+    plugin_path = '/opt/nri/plugins'
+    plugin_config_path = '/etc/nri/conf.d'
+`
+
+const crioConfig = `[crio]
+log_dir = "/var/log/crio/pods"
+
+[crio.runtime]
+default_runtime = "runc"
+
+[crio.nri]
+enable_nri = false
+`
+
+// installRoot makes a node root with the given runtime configs and our binary and config.
+func installRoot(t *testing.T, files map[string]string) (root, binary string) {
+	t.Helper()
+	root = t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	binary = filepath.Join(t.TempDir(), "oomguard-nri")
+	os.WriteFile(binary, []byte("#!binary"), 0o755)
+	return root, binary
+}
+
+func runInstall(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return out.String() + errb.String(), code
+}
+
+// containerdLoad merges the main config and its imports as containerd does,
+// with containerd's TOML library, and returns the NRI plugin section.
+func containerdLoad(t *testing.T, root string) map[string]any {
+	t.Helper()
+	var main map[string]any
+	b, err := os.ReadFile(filepath.Join(root, install.ContainerdConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gotoml.Unmarshal(b, &main); err != nil {
+		t.Fatalf("containerd cannot parse its config: %v\n%s", err, b)
+	}
+	nri := map[string]any{}
+	if plugins, ok := main["plugins"].(map[string]any); ok {
+		if n, ok := plugins["io.containerd.nri.v1.nri"].(map[string]any); ok {
+			nri = n
+		}
+	}
+	imports, _ := main["imports"].([]any)
+	for _, imp := range imports {
+		matches, _ := filepath.Glob(filepath.Join(root, imp.(string)))
+		for _, m := range matches {
+			var sub map[string]any
+			sb, _ := os.ReadFile(m)
+			if err := gotoml.Unmarshal(sb, &sub); err != nil {
+				t.Fatalf("containerd cannot parse %s: %v", m, err)
+			}
+			if sub["version"] != main["version"] {
+				t.Fatalf("%s has version %v, the main config %v", m, sub["version"], main["version"])
+			}
+			for k, v := range sub["plugins"].(map[string]any)["io.containerd.nri.v1.nri"].(map[string]any) {
+				nri[k] = v
+			}
+		}
+	}
+	return nri
+}
+
+func TestInstallContainerd(t *testing.T) {
+	for _, tc := range []struct{ name, config string }{{"1.7", containerd17Config}, {"2.x", containerd2Config}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, bin := installRoot(t, map[string]string{
+				install.ContainerdConfig:       tc.config,
+				"/etc/oomguard/config.toml":    readShipped(t),
+				"/etc/containerd/other.toml.x": "",
+			})
+			args := []string{"install", "--root", root, "--binary", bin}
+			if tc.name == "1.7" {
+				// imports = [] is present but empty: the config is still ours to extend.
+				args = append(args, "--runtime", "containerd")
+			}
+			out, code := runInstall(t, append(args[:1:1], append([]string{"--dry-run"}, args[1:]...)...)...)
+			if code != 0 || !strings.Contains(out, "would:") {
+				t.Fatalf("dry run: %d %s", code, out)
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, install.ContainerdConfig)); string(b) != tc.config {
+				t.Fatal("dry run changed the config")
+			}
+			out, code = runInstall(t, args...)
+			if code != 0 {
+				t.Fatalf("install: %d %s", code, out)
+			}
+			nri := containerdLoad(t, root)
+			if nri["disable"] != false || nri["plugin_path"] != "/opt/nri/plugins" || nri["socket_path"] != "/var/run/nri/nri.sock" {
+				t.Fatalf("NRI after install: %v", nri)
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, install.ContainerdConfig+install.ContainerdBackupEx)); string(b) != tc.config {
+				t.Fatal("no backup of the original config")
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, "/opt/nri/plugins/10-oomguard")); string(b) != "#!binary" {
+				t.Fatal("plugin binary not installed")
+			}
+			if l, _ := os.Readlink(filepath.Join(root, "/etc/nri/conf.d/10-oomguard.conf")); l != "/etc/oomguard/config.toml" {
+				t.Fatalf("plugin config link %q", l)
+			}
+			out, code = runInstall(t, args...)
+			if code != 0 || strings.Contains(out, "wrote") || strings.Contains(out, "added") || strings.Contains(out, "linked") {
+				t.Fatalf("second install changed something: %s", out)
+			}
+			out, code = runInstall(t, "uninstall", "--root", root)
+			if code != 0 {
+				t.Fatalf("uninstall: %d %s", code, out)
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, install.ContainerdConfig)); string(b) != tc.config {
+				t.Fatalf("uninstall did not restore the config:\n%s", b)
+			}
+			for _, f := range []string{"/opt/nri/plugins/10-oomguard", install.ContainerdDropIn, install.NRIManifest, install.ContainerdConfig + install.ContainerdBackupEx} {
+				if _, err := os.Lstat(filepath.Join(root, f)); err == nil {
+					t.Errorf("%s left after uninstall", f)
+				}
+			}
+		})
+	}
+}
+
+func TestInstallNRIOnly(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{install.ContainerdConfig: containerd2Config})
+	if out, code := runInstall(t, "install", "--root", root, "--binary", bin, "--nri-only"); code != 0 {
+		t.Fatalf("install: %d %s", code, out)
+	}
+	if nri := containerdLoad(t, root); nri["disable"] != false {
+		t.Fatalf("NRI: %v", nri)
+	}
+	if _, err := os.Stat(filepath.Join(root, "/opt/nri/plugins/10-oomguard")); err == nil {
+		t.Fatal("--nri-only installed the plugin binary")
+	}
+}
+
+func TestInstallContainerdWithoutConfig(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{"/etc/containerd/.keep": ""})
+	out, code := runInstall(t, "install", "--root", root, "--binary", bin, "--containerd-config-version", "3")
+	if code != 0 || !strings.Contains(out, "does not exist yet") {
+		t.Fatalf("install: %d %s", code, out)
+	}
+	if nri := containerdLoad(t, root); nri["disable"] != false {
+		t.Fatalf("NRI: %v", nri)
+	}
+	runInstall(t, "uninstall", "--root", root)
+	if _, err := os.Stat(filepath.Join(root, install.ContainerdConfig)); err == nil {
+		t.Fatal("a config install created must be removed by uninstall")
+	}
+}
+
+func TestInstallCRIO(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{"/etc/crio/crio.conf": crioConfig})
+	out, code := runInstall(t, "install", "--root", root, "--binary", bin)
+	if code != 0 {
+		t.Fatalf("install: %d %s", code, out)
+	}
+	// CRI-O reads crio.conf, then crio.conf.d in order, with BurntSushi/toml.
+	var merged struct {
+		Crio struct {
+			NRI struct {
+				Enable    bool   `toml:"enable_nri"`
+				Listen    string `toml:"nri_listen"`
+				PluginDir string `toml:"nri_plugin_dir"`
+				ConfDir   string `toml:"nri_plugin_config_dir"`
+			} `toml:"nri"`
+		} `toml:"crio"`
+	}
+	for _, f := range []string{"/etc/crio/crio.conf", install.CRIODropIn} {
+		if _, err := toml.DecodeFile(filepath.Join(root, f), &merged); err != nil {
+			t.Fatalf("CRI-O cannot parse %s: %v", f, err)
+		}
+	}
+	if n := merged.Crio.NRI; !n.Enable || n.Listen != "/var/run/nri/nri.sock" || n.PluginDir != "/opt/nri/plugins" || n.ConfDir != "/etc/nri/conf.d" {
+		t.Fatalf("CRI-O NRI settings: %+v", n)
+	}
+	if out, _ := runInstall(t, "install", "--root", root, "--binary", bin); strings.Contains(out, "wrote") {
+		t.Fatalf("second install changed something: %s", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "/etc/crio/crio.conf")); string(b) != crioConfig {
+		t.Fatal("the main CRI-O config must never be touched")
+	}
+}
+
+func TestInstallErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		args  []string
+		want  string
+	}{
+		{"no runtime", nil, nil, "found neither /etc/containerd nor /etc/crio"},
+		{"bad runtime", nil, []string{"--runtime", "docker"}, `--runtime "docker"`},
+		{"foreign imports", map[string]string{install.ContainerdConfig: "version = 2\nimports = [\"/etc/containerd/other/*.toml\"]\n"}, nil, "add \"/etc/containerd/conf.d/*.toml\" to its imports"},
+		{"broken containerd config", map[string]string{install.ContainerdConfig: "version = 2\n[plugins\n"}, nil, "is not valid TOML"},
+		{"unsupported version", map[string]string{install.ContainerdConfig: "version = 1\n"}, nil, "version = 1"},
+		{"invalid oomguard config", map[string]string{"/etc/crio/crio.conf": "", "/etc/oomguard/config.toml": "strict = maybe"}, nil, "fix the configuration first"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, bin := installRoot(t, tc.files)
+			out, code := runInstall(t, append([]string{"install", "--root", root, "--binary", bin}, tc.args...)...)
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, output %q; want failure naming %q", code, out, tc.want)
+			}
+		})
+	}
+	root, _ := installRoot(t, nil)
+	if out, code := runInstall(t, "uninstall", "--root", root); code != 0 || !strings.Contains(out, "nothing to uninstall") {
+		t.Fatalf("uninstall of nothing: %d %s", code, out)
+	}
+}

@@ -1,0 +1,130 @@
+package doctor
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/kernel"
+)
+
+// node is one snapshot of a node's processes, read once for every check.
+type node struct {
+	root   string
+	mode   kernel.Mode
+	procs  []kernel.Process
+	byPid  map[int]*kernel.Process
+	cfg    *config.Config
+	sample time.Duration
+	// ctrs caches containerOf by cgroup path: a container's processes share one.
+	ctrs map[string]ctrRef
+}
+
+// ctrRef is where a cgroup path puts a process: its pod and container.
+type ctrRef struct {
+	pod, cgroup, id string
+	ok              bool
+}
+
+// containerOf is the package's containerOf for a process, cached.
+func (n *node) containerOf(p *kernel.Process) (pod, ctrCgroup, id string, ok bool) {
+	r, hit := n.ctrs[p.Cgroup]
+	if !hit {
+		r.pod, r.cgroup, r.id, r.ok = containerOf(p.Cgroup)
+		n.ctrs[p.Cgroup] = r
+	}
+	return r.pod, r.cgroup, r.id, r.ok
+}
+
+func loadNode(root string, cfg *config.Config, sample time.Duration) (*node, error) {
+	n := &node{root: root, mode: kernel.DetectMode(root), cfg: cfg, sample: sample, byPid: map[int]*kernel.Process{}, ctrs: map[string]ctrRef{}}
+	pids, err := kernel.ListPids(root)
+	if err != nil {
+		return nil, fmt.Errorf("list processes in %s: %w", path.Join(root, "proc"), err)
+	}
+	// Read in parallel: a node has tens of thousands of processes.
+	procs := make([]kernel.Process, len(pids))
+	ok := make([]bool, len(pids))
+	var wg sync.WaitGroup
+	const workers = 4
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kernel.NewProcReader(root, n.mode)
+			for i := w; i < len(pids); i += workers {
+				p, err := r.Read(pids[i])
+				procs[i], ok[i] = p, err == nil // a process that exited meanwhile is skipped
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range procs {
+		if ok[i] {
+			n.procs = append(n.procs, procs[i])
+		}
+	}
+	for i := range n.procs {
+		n.byPid[n.procs[i].Pid] = &n.procs[i]
+	}
+	return n, nil
+}
+
+// Container identity from a cgroup path, as kubelet and the runtimes lay it out.
+var (
+	podRE       = regexp.MustCompile(`(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-z]+)(\.slice)?$`)
+	ctrPrefixes = []string{"cri-containerd-", "crio-conmon-", "crio-", "docker-", "libpod-", "containerd-"}
+)
+
+// containerOf splits a cgroup path into its pod and container cgroups:
+// "/kubepods/burstable/pod1/abc/init.scope" → pod "1", container cgroup
+// "/kubepods/burstable/pod1/abc", id "abc".
+func containerOf(cg string) (pod, ctrCgroup, id string, ok bool) {
+	if !strings.Contains(cg, "kubepods") {
+		return "", "", "", false
+	}
+	parts := strings.Split(strings.Trim(cg, "/"), "/")
+	for i, p := range parts {
+		m := podRE.FindStringSubmatch(p)
+		if m == nil || i+1 >= len(parts) {
+			continue
+		}
+		pod = strings.ReplaceAll(m[1], "_", "-")
+		id = parts[i+1]
+		for _, pre := range ctrPrefixes {
+			id = strings.TrimPrefix(id, pre)
+		}
+		id = strings.TrimSuffix(id, ".scope")
+		return pod, "/" + strings.Join(parts[:i+2], "/"), id, true
+	}
+	return "", "", "", false
+}
+
+func short(id string) string { return id[:min(len(id), 12)] }
+
+func (n *node) name(p *kernel.Process) string {
+	if len(p.Cmdline) > 0 {
+		return path.Base(p.Cmdline[0])
+	}
+	return p.Comm
+}
+
+func (n *node) isDaemon(p *kernel.Process) bool {
+	if _, _, _, inPod := n.containerOf(p); inPod {
+		return false
+	}
+	for _, d := range n.cfg.Doctor.Daemons {
+		if p.Comm == kernel.TaskComm(d) || n.name(p) == d {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *node) killable(p *kernel.Process) bool {
+	return !p.Kernel && p.OOMScoreAdj > kernel.OOMScoreAdjMin && p.Pid != 1
+}

@@ -1,0 +1,46 @@
+// Package nrifacts gathers the policy's facts from what NRI sends a plugin. It
+// is apart from package facts so that oomguard-hook, which starts once per
+// container, does not link NRI's protobuf and WASM runtime.
+package nrifacts
+
+import (
+	"maps"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/facts"
+)
+
+// FromNRI gathers the facts from the pod and container NRI sends a plugin.
+func FromNRI(pod *api.PodSandbox, ctr *api.Container) config.Facts {
+	ann := maps.Clone(pod.GetAnnotations())
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	maps.Copy(ann, ctr.GetAnnotations())
+	f := config.Facts{
+		Namespace:      pod.GetNamespace(),
+		Pod:            pod.GetName(),
+		Container:      ctr.GetName(),
+		Image:          ctr.GetImage().GetName(),
+		RuntimeHandler: pod.GetRuntimeHandler(),
+		Labels:         pod.GetLabels(),
+		Annotations:    ann,
+		Args:           ctr.GetArgs(),
+	}
+	if f.Image == "" {
+		f.Image = ann["io.kubernetes.cri.image-name"]
+	}
+	lin := ctr.GetLinux()
+	if v := lin.GetOomScoreAdj(); v != nil {
+		s := int(v.GetValue())
+		f.OOMScoreAdj = &s
+	}
+	f.OOMGroup = facts.ParseGroup(lin.GetResources().GetUnified())
+	f.QoS = config.InferQoS(pod.GetLinux().GetCgroupParent(), nil)
+	if f.QoS == "" {
+		f.QoS = config.InferQoS(lin.GetCgroupsPath(), f.OOMScoreAdj)
+	}
+	return f
+}

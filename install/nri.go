@@ -1,0 +1,228 @@
+package install
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/oomguard/oomguard/config"
+)
+
+// Paths on the node; install writes them below its root.
+const (
+	PluginDir          = "/opt/nri/plugins"
+	PluginConfDir      = "/etc/nri/conf.d"
+	ContainerdConfig   = "/etc/containerd/config.toml"
+	ContainerdDropIn   = "/etc/containerd/conf.d/10-oomguard-nri.toml"
+	containerdImports  = "/etc/containerd/conf.d/*.toml"
+	CRIODropIn         = "/etc/crio/crio.conf.d/10-oomguard-nri.conf"
+	NRIManifest        = "/etc/oomguard/nri-install.json"
+	ContainerdBackupEx = ".oomguard-backup"
+)
+
+// NRIOptions say what NRI installs on a node.
+type NRIOptions struct {
+	Root   string // the node's filesystem root
+	DryRun bool
+	// Runtime is auto (what /etc/containerd and /etc/crio show), containerd, crio or both.
+	Runtime string
+	// Binary is the plugin binary to put where the runtime launches plugins; "" is this executable.
+	Binary string
+	// ConfigPath is the oomguard configuration the plugin reads, as a path on the node.
+	ConfigPath string
+	// NRIOnly enables NRI without installing the plugin (it runs as a DaemonSet).
+	NRIOnly bool
+	// ContainerdConfigVersion is the version of a new containerd config.toml:
+	// 2 (containerd 1.7) or 3 (2.x); 0 keeps the existing one's.
+	ContainerdConfigVersion int
+}
+
+// NRI puts the plugin where the runtime launches it, with its configuration,
+// and enables NRI with drop-in files.
+func NRI(o NRIOptions, out io.Writer) error {
+	w := &files{root: o.Root, dryRun: o.DryRun, out: out, manifestPath: NRIManifest}
+	cfg := config.Default()
+	if c, err := config.Load(w.host(o.ConfigPath)); err == nil {
+		cfg = c
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: fix the configuration first", err)
+	} else {
+		fmt.Fprintf(out, "note: %s does not exist yet; install it (deploy/config.toml) before the runtime starts the plugin\n", o.ConfigPath)
+	}
+	var useContainerd, useCRIO bool
+	switch o.Runtime {
+	case "auto", "":
+		useContainerd = exists(w.host("/etc/containerd"))
+		useCRIO = exists(w.host("/etc/crio"))
+		if !useContainerd && !useCRIO {
+			return errors.New("found neither /etc/containerd nor /etc/crio: pass --runtime containerd or --runtime crio")
+		}
+	case "containerd":
+		useContainerd = true
+	case "crio":
+		useCRIO = true
+	case "both":
+		useContainerd, useCRIO = true, true
+	default:
+		return fmt.Errorf("--runtime %q: want auto, containerd, crio or both", o.Runtime)
+	}
+	w.readManifest()
+
+	if !o.NRIOnly {
+		if err := w.plugin(cfg, o.Binary, o.ConfigPath); err != nil {
+			return err
+		}
+	}
+	if useContainerd {
+		if err := w.containerd(cfg, o.ContainerdConfigVersion); err != nil {
+			return err
+		}
+	}
+	if useCRIO {
+		if err := w.writeFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := w.saveManifest(); err != nil {
+		return err
+	}
+	if useContainerd {
+		fmt.Fprintln(out, "restart containerd to apply: systemctl restart containerd")
+	}
+	if useCRIO {
+		fmt.Fprintln(out, "restart CRI-O to apply: systemctl restart crio")
+	}
+	return nil
+}
+
+// UninstallNRI undoes what NRI recorded in its manifest.
+func UninstallNRI(root string, dryRun bool, out io.Writer) error {
+	w := &files{root: root, dryRun: dryRun, out: out, manifestPath: NRIManifest}
+	return w.uninstall()
+}
+
+// plugin puts the binary where the runtime launches plugins, with its config.
+func (w *files) plugin(cfg *config.Config, binary, cfgPath string) error {
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this binary (%w): pass --binary", err)
+		}
+		binary = exe
+	}
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return fmt.Errorf("read the plugin binary: %w", err)
+	}
+	if err := w.writeFile(path.Join(PluginDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName), bin, 0o755); err != nil {
+		return err
+	}
+	// The runtime passes this file to the plugin at Configure: a link keeps
+	// one configuration for the plugin, the hook and the doctor.
+	return w.symlink(path.Join(PluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath)
+}
+
+func containerdDropInText(cfg *config.Config, version int) string {
+	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
+version = %d
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  plugin_config_path = %q
+  plugin_path = %q
+  socket_path = %q
+`, version, PluginConfDir, PluginDir, cfg.NRI.Socket)
+}
+
+func crioDropInText(cfg *config.Config) string {
+	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
+[crio.nri]
+enable_nri = true
+nri_listen = %q
+nri_plugin_dir = %q
+nri_plugin_config_dir = %q
+`, cfg.NRI.Socket, PluginDir, PluginConfDir)
+}
+
+var (
+	versionLine  = regexp.MustCompile(`(?m)^version\s*=\s*(\d+)\s*$`)
+	emptyImports = regexp.MustCompile(`(?m)^imports\s*=\s*\[\s*\]\s*$`)
+)
+
+// containerd writes the NRI drop-in and makes the main config import it:
+// the main file is only touched when it has no imports at all, after a backup.
+func (w *files) containerd(cfg *config.Config, wantVersion int) error {
+	mainPath := w.host(ContainerdConfig)
+	main, err := os.ReadFile(mainPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", ContainerdConfig, err)
+	}
+	version := wantVersion
+	if m := versionLine.FindSubmatch(main); m != nil {
+		fmt.Sscan(string(m[1]), &version)
+	}
+	if version == 0 {
+		version = 2
+	}
+	if version != 2 && version != 3 {
+		return fmt.Errorf("%s has version = %d: oomguard supports containerd 1.7 (version 2) and 2.x (version 3)", ContainerdConfig, version)
+	}
+	if err := w.writeFile(ContainerdDropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
+		return err
+	}
+	var parsed struct {
+		Imports []string `toml:"imports"`
+	}
+	if _, err := toml.Decode(string(main), &parsed); err != nil {
+		return fmt.Errorf("%s is not valid TOML (%v): fix it first", ContainerdConfig, err)
+	}
+	for _, imp := range parsed.Imports {
+		if ok, _ := filepath.Match(imp, ContainerdDropIn); ok || imp == ContainerdDropIn {
+			fmt.Fprintf(w.out, "unchanged %s (imports %s)\n", ContainerdConfig, imp)
+			return nil
+		}
+	}
+	if len(parsed.Imports) > 0 {
+		return fmt.Errorf("%s has imports %q that do not cover %s: add %q to its imports list and run install again",
+			ContainerdConfig, parsed.Imports, ContainerdDropIn, containerdImports)
+	}
+	line := fmt.Sprintf("imports = [%q]\n", containerdImports)
+	var updated []byte
+	switch loc := versionLine.FindIndex(main); {
+	case emptyImports.Match(main): // `containerd config default` writes imports = []
+		updated = emptyImports.ReplaceAll(main, []byte(strings.TrimSuffix(line, "\n")))
+	case main == nil:
+		updated = []byte(fmt.Sprintf("# Written by oomguard-nri install.\nversion = %d\n%s", version, line))
+	case loc != nil:
+		updated = append(append(append([]byte{}, main[:loc[1]]...), '\n'), append([]byte(line), main[loc[1]:]...)...)
+	default:
+		updated = append([]byte(line), main...)
+	}
+	if main != nil {
+		backup := ContainerdConfig + ContainerdBackupEx
+		if _, done := w.man.Backups[ContainerdConfig]; !done {
+			if err := w.writeRaw(backup, main, 0o644, "backed up "+ContainerdConfig+" to"); err != nil {
+				return err
+			}
+			if w.man.Backups == nil {
+				w.man.Backups = map[string]string{}
+			}
+			w.man.Backups[ContainerdConfig] = backup
+		}
+	} else {
+		w.own(ContainerdConfig)
+	}
+	if w.man.Written == nil {
+		w.man.Written = map[string]string{}
+	}
+	w.man.Written[ContainerdConfig] = string(updated)
+	return w.writeRaw(ContainerdConfig, updated, 0o644, "added imports to")
+}

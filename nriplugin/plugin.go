@@ -1,0 +1,302 @@
+// Package nriplugin is oomguard-nri's work: an NRI plugin for containerd
+// (≥ 1.7) and CRI-O (≥ 1.26) that makes the runtime create the containers
+// the oomguard policy selects with the right oom_score_adj and
+// memory.oom.group, keeps them so, and fixes the containers that already ran
+// when it started.
+package nriplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/enforce"
+	"github.com/oomguard/oomguard/facts"
+	"github.com/oomguard/oomguard/facts/nrifacts"
+	"github.com/oomguard/oomguard/internal/kernel"
+)
+
+// Plugin adjusts containers as the runtime creates them, keeps the setting
+// through updates, fixes existing containers at Synchronize and re-asserts
+// drift. Its handlers fail open: an error is logged and counted, and the
+// container is created unadjusted, unless the configuration is strict.
+type Plugin struct {
+	cfg  atomic.Pointer[config.Config]
+	root string
+	mode kernel.Mode
+	log  *slog.Logger
+	m    *Metrics
+
+	mu      sync.Mutex
+	guarded map[string]*guard // by container ID
+}
+
+// guard is a container the policy changed, and what it must keep.
+type guard struct {
+	id, namespace, pod, name string
+	cgroupsPath              string // from the OCI spec
+	pid                      uint32
+	rule                     string
+	score                    *int
+	group                    *bool
+	seen                     time.Time
+	oomKills                 uint64
+	missing                  int // verifications that found no cgroup
+}
+
+// New makes a plugin with cfg until the runtime passes another; root is the
+// host's filesystem root holding /proc and /sys.
+func New(cfg *config.Config, root string, log *slog.Logger, m *Metrics) *Plugin {
+	p := &Plugin{root: root, mode: kernel.DetectMode(root), log: log, m: m, guarded: map[string]*guard{}}
+	p.cfg.Store(cfg)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
+		Help: "Containers whose values oomguard keeps."}, func() float64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return float64(len(p.guarded))
+	}))
+	return p
+}
+
+// Configure takes the runtime's plugin configuration (/etc/nri/conf.d), when
+// it has one, as the oomguard TOML configuration.
+func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) (api.EventMask, error) {
+	p.log.Info("connected to runtime", "runtime", runtime, "version", version, "cgroup", p.mode.String())
+	if cfgText != "" {
+		c, err := config.Parse([]byte(cfgText))
+		if err != nil {
+			p.m.errors.WithLabelValues("configure").Inc()
+			p.log.Error("configuration from the runtime is invalid; keeping the current one", "err", err)
+			if p.cfg.Load().Strict {
+				return 0, err
+			}
+		} else {
+			p.cfg.Store(c)
+		}
+	}
+	return 0, nil // subscribe to every event the plugin implements
+}
+
+// Synchronize fixes the containers that already run: memory.oom.group through
+// the runtime, oom_score_adj for every process in each container's cgroup.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) (updates []*api.ContainerUpdate, err error) {
+	start := time.Now()
+	defer p.failOpen("synchronize", &err)
+	byID := make(map[string]*api.PodSandbox, len(pods))
+	for _, pod := range pods {
+		byID[pod.GetId()] = pod
+	}
+	fresh := map[string]*guard{}
+	for _, ctr := range ctrs {
+		if s := ctr.GetState(); s == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		pod := byID[ctr.GetPodSandboxId()]
+		dec := p.decide("synchronize", pod, ctr)
+		if !dec.Changes() {
+			continue
+		}
+		g := newGuard(pod, ctr, dec)
+		fresh[g.id] = g
+		if g.group != nil {
+			u := &api.ContainerUpdate{}
+			u.SetContainerId(g.id)
+			u.AddLinuxUnified(facts.UnifiedOOMGroup, kernel.GroupValue(*g.group))
+			u.SetIgnoreFailure()
+			updates = append(updates, u)
+			p.m.adjustments.WithLabelValues("oom_group", "synchronize").Inc()
+		}
+		// Also at once: the runtime applies the update only after this reply.
+		if cg, err := p.cgroup(g); err == nil {
+			if _, _, err := p.enforceGroup(g, cg, "synchronize"); err != nil && !kernel.IsGone(err) {
+				p.m.errors.WithLabelValues("synchronize").Inc()
+				p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", cg, "err", err)
+			}
+		}
+		if g.score != nil {
+			if n := p.enforceScore(g, "synchronize"); n > 0 {
+				p.log.Info("existing container fixed", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+			}
+		}
+	}
+	p.mu.Lock()
+	p.guarded = fresh
+	p.mu.Unlock()
+	p.m.setConnected(true)
+	d := time.Since(start)
+	p.m.syncDuration.Set(d.Seconds())
+	p.log.Info("synchronized", "containers", len(ctrs), "guarded", len(fresh), "group_updates", len(updates), "duration", d.Round(time.Microsecond))
+	return updates, nil
+}
+
+// CreateContainer puts the decision into the container's spec, so the
+// runtime applies it before any of the container's processes runs.
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, upd []*api.ContainerUpdate, err error) {
+	defer p.failOpen("create", &err)
+	dec := p.decide("create", pod, ctr)
+	if !dec.Changes() {
+		return nil, nil, nil
+	}
+	adj = &api.ContainerAdjustment{}
+	if dec.OOMScoreAdj != nil {
+		v := *dec.OOMScoreAdj
+		adj.SetLinuxOomScoreAdj(&v)
+		p.m.adjustments.WithLabelValues("oom_score_adj", "create").Inc()
+	}
+	if dec.OOMGroup != nil {
+		adj.AddLinuxUnified(facts.UnifiedOOMGroup, kernel.GroupValue(*dec.OOMGroup))
+		p.m.adjustments.WithLabelValues("oom_group", "create").Inc()
+	}
+	g := newGuard(pod, ctr, dec)
+	p.mu.Lock()
+	p.guarded[g.id] = g
+	p.mu.Unlock()
+	return adj, nil, nil
+}
+
+// PostStartContainer checks the started container at once: runtimes older
+// than containerd 2.0 and CRI-O 1.32 ignore an adjusted oom_score_adj.
+func (p *Plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
+	defer p.failOpen("start", &err)
+	p.mu.Lock()
+	g := p.guarded[ctr.GetId()]
+	if g != nil && ctr.GetPid() != 0 {
+		g.pid = ctr.GetPid()
+	}
+	p.mu.Unlock()
+	if g != nil {
+		p.verify(g, "start")
+	}
+	return nil
+}
+
+// UpdateContainer keeps memory.oom.group as decided: kubelet re-sends
+// memory.oom.group = 1 with every resize.
+func (p *Plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (upd []*api.ContainerUpdate, err error) {
+	defer p.failOpen("update", &err)
+	p.mu.Lock()
+	g := p.guarded[ctr.GetId()]
+	p.mu.Unlock()
+	if g == nil || g.group == nil {
+		return nil, nil
+	}
+	want := kernel.GroupValue(*g.group)
+	if got, ok := res.GetUnified()[facts.UnifiedOOMGroup]; ok && got != want {
+		p.log.Info("update overridden", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", got+"→"+want)
+	}
+	u := &api.ContainerUpdate{}
+	u.SetContainerId(g.id)
+	u.AddLinuxUnified(facts.UnifiedOOMGroup, want)
+	p.m.adjustments.WithLabelValues("oom_group", "update").Inc()
+	return []*api.ContainerUpdate{u}, nil
+}
+
+// RemoveContainer forgets the container.
+func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	p.mu.Lock()
+	delete(p.guarded, ctr.GetId())
+	p.mu.Unlock()
+	return nil
+}
+
+// Shutdown is the runtime going away; the run loop reconnects.
+func (p *Plugin) Shutdown(context.Context) {
+	p.m.setConnected(false)
+	p.log.Info("runtime is shutting down")
+}
+
+// failOpen turns a panic or an error into a log line and a counted failure;
+// it lets the error through only when the configuration is strict.
+func (p *Plugin) failOpen(phase string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("panic: %v", r)
+	}
+	if *err == nil {
+		return
+	}
+	p.m.errors.WithLabelValues(phase).Inc()
+	if p.cfg.Load().Strict {
+		p.log.Error(phase+" failed; strict mode: failing the request", "err", *err)
+		return
+	}
+	p.log.Error(phase+" failed; container left unadjusted (fail open)", "err", *err)
+	*err = nil
+}
+
+// decide runs the policy on what NRI tells about the container, and logs
+// and counts the decision.
+func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) config.Decision {
+	f := nrifacts.FromNRI(pod, ctr)
+	dec := p.cfg.Load().Decide(&f)
+	for _, r := range dec.Rejected {
+		p.m.rejections.Inc()
+		p.log.Warn("annotation rejected", "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "key", r.Key, "value", r.Value, "reason", r.Reason)
+	}
+	if !dec.Changes() {
+		p.log.Debug("decision", "phase", phase, "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", dec.Rule, "reasons", dec.Reasons)
+		return dec
+	}
+	p.m.decisions.WithLabelValues(dec.Rule).Inc()
+	p.log.Info("decision", "phase", phase, "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", dec.Rule,
+		"oom_score_adj", change(f.OOMScoreAdj, dec.OOMScoreAdj, strconv.Itoa),
+		"oom_group", change(f.OOMGroup, dec.OOMGroup, kernel.GroupValue), "reasons", dec.Reasons)
+	return dec
+}
+
+func newGuard(pod *api.PodSandbox, ctr *api.Container, dec config.Decision) *guard {
+	return &guard{
+		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
+		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), rule: dec.Rule,
+		score: dec.OOMScoreAdj, group: dec.OOMGroup, seen: time.Now(),
+	}
+}
+
+// cgroup finds the container's cgroup: from its spec, which names it as the
+// host sees it, else from its pid (whose /proc/PID/cgroup a cgroup namespace
+// may show relative).
+func (p *Plugin) cgroup(g *guard) (string, error) {
+	if g.cgroupsPath != "" {
+		return kernel.ResolveCgroupsPath(g.cgroupsPath)
+	}
+	if g.pid != 0 {
+		return kernel.ProcCgroup(p.root, p.mode, int(g.pid))
+	}
+	return "", errors.New("no cgroupsPath and no pid")
+}
+
+// enforceScore writes the decided score to every process of the container
+// that does not have it, and returns how many it changed.
+func (p *Plugin) enforceScore(g *guard, phase string) int {
+	cg, err := p.cgroup(g)
+	if err != nil {
+		p.log.Debug("no cgroup to fix scores in", "container", g.name, "err", err)
+		return 0
+	}
+	changed, errs := enforce.Scores(p.root, p.mode, cg, *g.score)
+	for _, err := range errs {
+		p.m.errors.WithLabelValues(phase).Inc()
+		p.log.Warn("setting oom_score_adj failed", "container", g.name, "cgroup", cg, "err", err)
+	}
+	p.m.adjustments.WithLabelValues("oom_score_adj", phase).Add(float64(changed))
+	return changed
+}
+
+func change[T any](old, new *T, format func(T) string) string {
+	if new == nil {
+		return "left"
+	}
+	o := "unset"
+	if old != nil {
+		o = format(*old)
+	}
+	return o + "→" + format(*new)
+}

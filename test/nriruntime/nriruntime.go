@@ -1,0 +1,199 @@
+// Package nriruntime is NRI's real runtime side (pkg/adaptation) on a socket
+// of its own, the requests kubelet makes through it, and the code containerd
+// and CRI-O use to apply an adjustment to an OCI spec: what oomguard's tests,
+// VM scenarios and benchmarks put its NRI plugin through.
+package nriruntime
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	nri "github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	nrilog "github.com/containerd/nri/pkg/log"
+	xgen "github.com/containerd/nri/pkg/runtime-tools/generate"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	rgen "github.com/opencontainers/runtime-tools/generate"
+)
+
+// Runtime is the runtime side of NRI, holding the pods and containers it
+// reports at Synchronize.
+type Runtime struct {
+	Dir       string
+	Socket    string
+	PluginLog io.Writer // where started plugins' output goes; os.Stderr when nil
+	r         *nri.Adaptation
+
+	mu      sync.Mutex
+	pods    []*api.PodSandbox
+	ctrs    []*api.Container
+	synced  [][]*api.ContainerUpdate
+	syncC   chan struct{}
+	started bool
+}
+
+// SetLog sends what NRI's runtime side logs (for every Runtime of the
+// process) to w.
+func SetLog(w io.Writer) { nrilog.Set(writerLog{w}) }
+
+type writerLog struct{ w io.Writer }
+
+func (l writerLog) Debugf(context.Context, string, ...any) {}
+func (l writerLog) Infof(_ context.Context, f string, a ...any) {
+	fmt.Fprintf(l.w, "nri: "+f+"\n", a...)
+}
+func (l writerLog) Warnf(_ context.Context, f string, a ...any) {
+	fmt.Fprintf(l.w, "nri: warning: "+f+"\n", a...)
+}
+func (l writerLog) Errorf(_ context.Context, f string, a ...any) {
+	fmt.Fprintf(l.w, "nri: error: "+f+"\n", a...)
+}
+
+// Start runs the runtime side on dir/nri.sock. dir must be short: unix
+// socket paths are limited to 108 bytes.
+func Start(dir string, pods []*api.PodSandbox, ctrs []*api.Container) (*Runtime, error) {
+	rt := &Runtime{Dir: dir, Socket: filepath.Join(dir, "nri.sock"), pods: pods, ctrs: ctrs, syncC: make(chan struct{}, 16)}
+	return rt, rt.Restart()
+}
+
+// Restart starts the runtime side again after Stop, as a restarted runtime does.
+func (rt *Runtime) Restart() error {
+	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
+		rt.mu.Lock()
+		pods, ctrs := rt.pods, rt.ctrs
+		rt.mu.Unlock()
+		upd, err := cb(ctx, pods, ctrs)
+		rt.mu.Lock()
+		rt.synced = append(rt.synced, upd)
+		started := rt.started
+		rt.mu.Unlock()
+		if started { // not the sync of pre-installed plugins inside Start
+			select {
+			case rt.syncC <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
+	updateFn := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
+	r, err := nri.New("containerd", "2.1.4", syncFn, updateFn,
+		nri.WithPluginPath(filepath.Join(rt.Dir, "plugins")),
+		nri.WithPluginConfigPath(filepath.Join(rt.Dir, "conf.d")),
+		nri.WithSocketPath(rt.Socket))
+	if err != nil {
+		return err
+	}
+	if err := r.Start(); err != nil {
+		return err
+	}
+	rt.mu.Lock()
+	rt.r, rt.started = r, true
+	rt.mu.Unlock()
+	return nil
+}
+
+// Stop stops the runtime side.
+func (rt *Runtime) Stop() {
+	rt.mu.Lock()
+	rt.started = false
+	rt.mu.Unlock()
+	if rt.r != nil {
+		rt.r.Stop()
+		rt.r = nil
+	}
+}
+
+// LastSync returns the updates the plugins asked for at the last Synchronize.
+func (rt *Runtime) LastSync() []*api.ContainerUpdate {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.synced) == 0 {
+		return nil
+	}
+	return rt.synced[len(rt.synced)-1]
+}
+
+// WaitSync waits for the next plugin to be synchronized.
+func (rt *Runtime) WaitSync(timeout time.Duration) error {
+	select {
+	case <-rt.syncC:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("no plugin synchronized within %s", timeout)
+	}
+}
+
+// StartPlugin runs a plugin binary that connects to the socket, and waits
+// until the runtime side has synchronized it.
+func (rt *Runtime) StartPlugin(bin string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(bin, append(args, "--socket", rt.Socket)...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if rt.PluginLog != nil {
+		cmd.Stdout, cmd.Stderr = rt.PluginLog, rt.PluginLog
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	if err := rt.WaitSync(20 * time.Second); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("plugin %s: %w", bin, err)
+	}
+	return cmd, nil
+}
+
+// Create relays a CreateContainer request to the plugins.
+func (rt *Runtime) Create(pod *api.PodSandbox, ctr *api.Container) (*api.CreateContainerResponse, error) {
+	b := rt.r.BlockPluginSync()
+	defer b.Unblock()
+	return rt.r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: ctr})
+}
+
+// Update relays an UpdateContainer request (a resize) to the plugins.
+func (rt *Runtime) Update(pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (*api.UpdateContainerResponse, error) {
+	b := rt.r.BlockPluginSync()
+	defer b.Unblock()
+	return rt.r.UpdateContainer(context.Background(), &api.UpdateContainerRequest{Pod: pod, Container: ctr, LinuxResources: res})
+}
+
+// KubeletPod is a pod as kubelet sends it, with the cgroup parent of its QoS
+// class (guaranteed, burstable, besteffort) under the systemd driver.
+func KubeletPod(uid, namespace, qos, handler string, annotations map[string]string) *api.PodSandbox {
+	parent := map[string]string{
+		"guaranteed": "kubepods-pod" + uid + ".slice",
+		"burstable":  "kubepods-burstable-pod" + uid + ".slice",
+		"besteffort": "kubepods-besteffort-pod" + uid + ".slice",
+	}[qos]
+	return &api.PodSandbox{Id: "pod-" + uid, Name: "pod-" + uid, Uid: uid, Namespace: namespace, RuntimeHandler: handler,
+		Annotations: annotations, Labels: map[string]string{"app": "x"}, Linux: &api.LinuxPodSandbox{CgroupParent: parent}}
+}
+
+// KubeletContainer is a container as kubelet asks for it on cgroup v2:
+// its QoS score and memory.oom.group = 1.
+func KubeletContainer(pod *api.PodSandbox, name string, score int, args ...string) *api.Container {
+	return &api.Container{
+		Id: pod.Id + "-" + name, PodSandboxId: pod.Id, Name: name, Args: args,
+		State: api.ContainerState_CONTAINER_RUNNING,
+		Linux: &api.LinuxContainer{
+			OomScoreAdj: &api.OptionalInt{Value: int64(score)},
+			CgroupsPath: pod.Linux.CgroupParent + ":cri-containerd:" + pod.Id + "-" + name,
+			Resources:   &api.LinuxResources{Unified: map[string]string{"memory.oom.group": "1"}},
+		},
+	}
+}
+
+// ApplyAdjustment changes spec as containerd and CRI-O do with a plugin's
+// adjustment: runtime-tools' generator wrapped by NRI's.
+func ApplyAdjustment(spec *specs.Spec, adj *api.ContainerAdjustment) error {
+	g := rgen.NewFromSpec(spec)
+	if err := xgen.SpecGenerator(&g).Adjust(adj); err != nil {
+		return fmt.Errorf("apply the NRI adjustment to the spec: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package vm
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/oomguard/oomguard/test/runcbundle"
+)
+
+// The CRI scenarios: containerd 2.x in the VM, pods created through the CRI
+// as kubelet creates them, and oomguard-nri installed by its own install
+// command — launched by containerd, or as an external process.
+
+func criSetup(g *Guest) error {
+	hog, err := os.ReadFile(g.Bin("guest"))
+	if err != nil {
+		return err
+	}
+	return WithContainerd(g, map[string]runcbundle.ImageFile{
+		// Each an init, as in VM-like pods: the policy's rule matches them.
+		"/sbin/init":               {Data: []byte(vmLikeInit), Mode: 0o755}, // a runaway under a limit
+		"/lib/systemd/systemd":     {Data: []byte(podInit), Mode: 0o755},    // a runaway without one
+		"/usr/lib/systemd/systemd": {Data: []byte(doctorInit), Mode: 0o755}, // idle
+		"/bin/hog":                 {Data: hog, Mode: 0o755},
+	})
+}
+
+func criDaemons(g *Guest) error {
+	if err := criSetup(g); err != nil {
+		return err
+	}
+	for _, d := range criNodeDaemons {
+		if err := g.CopyFile("/daemons/"+d, g.Bin("guest")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// criNodeDaemons stand for the node's daemons; the real containerd runs too.
+var criNodeDaemons = []string{"sshd", "systemd-networkd", "kubelet", "containerd-daemon"}
+
+// inspected finds "@@RESULT inspect=LABEL …".
+func inspected(r *Run, label string) map[string]string {
+	for _, m := range r.Results {
+		if m["inspect"] == label {
+			return m
+		}
+	}
+	return nil
+}
+
+func expectInspect(r *Run, label, score, group string) error {
+	m := inspected(r, label)
+	if m == nil || m["oom_score_adj"] != score || m["oom_group"] != group {
+		return fmt.Errorf("%s: %v, want oom_score_adj %s and memory.oom.group %s", label, m, score, group)
+	}
+	return nil
+}
+
+func criCgroupOOM() Scenario {
+	return Scenario{
+		Name:     "cri-cgroup-oom",
+		Title:    "Through containerd's CRI: a VM-like pod hits its memory limit",
+		MemoryMB: 1024,
+		Slow:     true,
+		Script: `case $VARIANT in
+with-nri) oomguard-nri install | sed 's/^/@@INSTALL /' ;;
+esac
+start_containerd
+kubeletish import /images/*.tar
+kubeletish run vm --limit 50331648 --wait -- /sbin/init
+report
+`,
+		Variants: []Variant{
+			{Name: "without", Setup: criSetup, Check: func(r *Run) error {
+				if r.Result("pid1") != nil {
+					return fmt.Errorf("the container's init survived: memory.oom.group = 1 should have killed it")
+				}
+				if m := r.Result("exit"); m == nil || m["exit"] != "137" {
+					return fmt.Errorf("the container ended with %v, want exit 137", m)
+				}
+				return nil
+			}},
+			{Name: "with-nri", Setup: criSetup, Check: func(r *Run) error {
+				if r.Result("imported") == nil {
+					return fmt.Errorf("images were not imported")
+				}
+				return onlyRunawayDied(r)
+			}},
+		},
+	}
+}
+
+func criGlobalOOM() Scenario {
+	return Scenario{
+		Name:     "cri-global-oom",
+		Title:    "Through containerd's CRI: a Guaranteed pod's runaway fills the node",
+		MemoryMB: 1024,
+		Slow:     true,
+		Script: `case $VARIANT in
+with-nri-external) oomguard-nri install --nri-only | sed 's/^/@@INSTALL /' ;;
+esac
+start_containerd
+kubeletish import /images/*.tar
+case $VARIANT in
+with-nri-external) start_plugin ;;
+esac
+start_daemons ` + "sshd systemd-networkd kubelet containerd-daemon" + `
+kubeletish run pod --wait -- /lib/systemd/systemd
+check_daemons ` + "sshd systemd-networkd kubelet containerd-daemon" + `
+report
+`,
+		Variants: []Variant{
+			{Name: "without", Setup: criDaemons, Check: func(r *Run) error {
+				if len(deadDaemons(r)) == 0 || len(r.Killed) == 0 || r.Killed[0].Comm == "hog" {
+					return fmt.Errorf("the kernel killed %s and daemons %v died: the incident did not reproduce", list(r.KilledComms()), deadDaemons(r))
+				}
+				return nil
+			}},
+			{Name: "with-nri-external", Setup: criDaemons, Check: func(r *Run) error {
+				if dead := deadDaemons(r); len(dead) > 0 {
+					return fmt.Errorf("node daemons died: %v; the kernel killed %s", dead, list(r.KilledComms()))
+				}
+				if len(r.Killed) == 0 || r.Killed[0].Comm != "hog" || r.Killed[0].Adj != 900 {
+					return fmt.Errorf("the kernel killed %s, want the runaway first at 900", list(r.KilledComms()))
+				}
+				return nil
+			}},
+		},
+	}
+}
+
+func criLifecycle() Scenario {
+	return Scenario{
+		Name:     "cri-lifecycle",
+		Title:    "Through containerd's CRI: resize, late start, plugin and containerd restarts",
+		MemoryMB: 1024,
+		Slow:     true,
+		Script: `oomguard-nri install --nri-only | sed 's/^/@@INSTALL /'
+start_containerd
+kubeletish import /images/*.tar
+kubeletish run early -- /usr/lib/systemd/systemd
+sleep 1
+kubeletish inspect early early-before-plugin
+[ "$VARIANT" = with-nri ] && start_plugin
+kubeletish inspect early early-synchronized
+kubeletish resize early
+sleep 0.5
+kubeletish inspect early early-resized
+[ "$VARIANT" = with-nri ] && kill -9 $(cat /run/plugin.pid)
+kubeletish run missed1 -- /usr/lib/systemd/systemd
+kubeletish run missed2 -- /usr/lib/systemd/systemd
+sleep 1
+kubeletish inspect missed1 missed-unfixed
+[ "$VARIANT" = with-nri ] && start_plugin
+kubeletish inspect missed1 missed1-fixed
+kubeletish inspect missed2 missed2-fixed
+synced=$(synced_count)
+stop_containerd
+start_containerd
+[ "$VARIANT" = with-nri ] && wait_synced $synced
+kubeletish run after -- /usr/lib/systemd/systemd
+sleep 1
+kubeletish inspect after after-restart
+if kill -0 $(cat /run/plugin.pid 2>/dev/null) 2>/dev/null; then echo "@@RESULT plugin=alive"; else echo "@@RESULT plugin=gone"; fi
+report
+`,
+		Variants: []Variant{
+			{Name: "without", Setup: criSetup, Check: func(r *Run) error {
+				for _, l := range []string{"early-before-plugin", "early-resized", "missed1-fixed", "after-restart"} {
+					if err := expectInspect(r, l, "-997", "1"); err != nil {
+						return fmt.Errorf("without the plugin kubelet's values must stand: %w", err)
+					}
+				}
+				return nil
+			}},
+			{Name: "with-nri", Setup: criSetup, Check: func(r *Run) error {
+				checks := [][3]string{
+					{"early-before-plugin", "-997", "1"},
+					{"early-synchronized", "900", "0"},
+					{"early-resized", "900", "0"},
+					{"missed-unfixed", "-997", "1"},
+					{"missed1-fixed", "900", "0"},
+					{"missed2-fixed", "900", "0"},
+					{"after-restart", "900", "0"},
+				}
+				for _, c := range checks {
+					if err := expectInspect(r, c[0], c[1], c[2]); err != nil {
+						return err
+					}
+				}
+				if m := r.Result("plugin"); m == nil || m["plugin"] != "alive" {
+					return fmt.Errorf("the plugin did not survive containerd's restart: %v", m)
+				}
+				return nil
+			}},
+		},
+	}
+}

@@ -1,0 +1,37 @@
+//go:build e2e
+
+package vm
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// TestE2EScenarios boots one VM per scenario variant and fails if a "with"
+// variant loses a process it should keep, or a "without" variant no longer
+// reproduces its incident.
+func TestE2EScenarios(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := NewEnv(repo, filepath.Join(repo, "build"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Scenarios() {
+		for _, v := range s.Variants {
+			t.Run(s.Name+"/"+v.Name, func(t *testing.T) {
+				run, err := env.Boot(context.Background(), s, v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s/%s in %s: killed %s", s.Name, v.Name, run.Elapsed.Round(1e8), list(run.KilledComms()))
+				if err := v.Check(run); err != nil {
+					t.Fatalf("%v\nconsole:\n%s", err, run.Console)
+				}
+			})
+		}
+	}
+}

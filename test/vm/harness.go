@@ -1,0 +1,460 @@
+// Package vmharness boots a real Linux kernel with cgroup v2 in QEMU, from an
+// initramfs holding busybox, runc, oomguard's binaries and a scenario, and
+// reads the scenario's results from the serial console. Each scenario is one
+// file: what the VM runs, once per variant (without oomguard, with each part
+// of it), and what each variant must show; Scenarios lists them.
+package vm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oomguard/oomguard/test/runcbundle"
+)
+
+// Scenarios lists every scenario, in the order the demo tells them.
+func Scenarios() []Scenario {
+	return []Scenario{cgroupOOM(), globalOOM(), doctorScenario(), criCgroupOOM(), criGlobalOOM(), criLifecycle()}
+}
+
+// Scenario is one incident, reproduced without oomguard and ended with it.
+type Scenario struct {
+	Name     string
+	Title    string // one line, for the demo
+	MemoryMB int    // the VM's memory
+	// Script is run by sh in the VM as root after /lib/oomguard-vm.sh is
+	// sourced, with $VARIANT set. It reports with "@@RESULT k=v …" lines.
+	Script   string
+	Variants []Variant
+	// Slow scenarios (containerd inside the VM) are left out of the demo.
+	Slow bool
+}
+
+// Variant is one boot of a scenario.
+type Variant struct {
+	Name  string // "without", "with-hook", "with-shim", …
+	Setup func(g *Guest) error
+	Check func(r *Run) error
+}
+
+// Paths inside the VM.
+const (
+	GuestBin    = "/oomguard/bin"
+	GuestConfig = "/oomguard/config.toml"
+	GuestHook   = GuestBin + "/oomguard-hook"
+	GuestShim   = "/.oomguard/oomguard-init" // inside a container's rootfs
+)
+
+// Env is what every boot needs: a kernel and the binaries make built.
+type Env struct {
+	Kernel     string
+	BinDir     string // bin/: oomguard-hook, oomguard-init, oomguard-nri, oomguard-doctor (make build)
+	TestBinDir string // build/test-bin: guest (make test-bins)
+	Components string // build/components: containerd and the other real components (make components)
+	RepoDir    string
+	WorkDir    string
+	Timeout    time.Duration
+	// Log receives what runs on the host beside the VM: NRI's runtime side and
+	// the plugins it starts. The console of each boot is in its Run.
+	Log io.Writer
+}
+
+// Programs and test binaries every boot may use.
+var (
+	programs     = []string{"oomguard-hook", "oomguard-init", "oomguard-nri", "oomguard-doctor"}
+	testBinaries = []string{"guest"}
+)
+
+// NewEnv fetches the kernel into buildDir/vm/kernel and finds the binaries
+// make built: it builds nothing itself, so a test's time goes to the VMs.
+func NewEnv(repoDir, buildDir string) (*Env, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	if err := runcbundle.Available(); err != nil {
+		return nil, err
+	}
+	k, err := EnsureKernel(filepath.Join(buildDir, "vm", "kernel"))
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Kernel: k, BinDir: filepath.Join(repoDir, "bin"), TestBinDir: filepath.Join(buildDir, "test-bin"),
+		Components: filepath.Join(buildDir, "components"), RepoDir: repoDir,
+		WorkDir: filepath.Join(buildDir, "vm", "work"), Timeout: 3 * time.Minute, Log: os.Stderr}
+	for _, name := range programs {
+		if _, err := os.Stat(filepath.Join(e.BinDir, name)); err != nil {
+			return nil, fmt.Errorf("%s is missing: run make build", filepath.Join(e.BinDir, name))
+		}
+	}
+	for _, name := range testBinaries {
+		if _, err := os.Stat(filepath.Join(e.TestBinDir, name)); err != nil {
+			return nil, fmt.Errorf("%s is missing: run make test-bins", filepath.Join(e.TestBinDir, name))
+		}
+	}
+	return e, os.MkdirAll(e.WorkDir, 0o755)
+}
+
+// Guest is the VM's filesystem being assembled for one boot.
+type Guest struct {
+	env     *Env
+	a       *archive
+	dir     string // host scratch space for bundles
+	bundles map[string]*runcbundle.Bundle
+}
+
+// Bundle makes a busybox container bundle that the VM finds at /bundles/NAME.
+func (g *Guest) Bundle(name string, args ...string) (*runcbundle.Bundle, error) {
+	b, err := runcbundle.New(filepath.Join(g.dir, name), args...)
+	if err != nil {
+		return nil, err
+	}
+	g.bundles[name] = b
+	return b, nil
+}
+
+// File puts data at path in the VM.
+func (g *Guest) File(path string, data []byte, perm uint32) { g.a.file(path, data, perm) }
+
+// CopyFile puts the host file src at path in the VM.
+func (g *Guest) CopyFile(path, src string) error { return g.a.copyFile(path, src) }
+
+// Bin is the host path of one of oomguard's programs or the test binaries.
+func (g *Guest) Bin(name string) string {
+	if slices.Contains(testBinaries, name) {
+		return filepath.Join(g.env.TestBinDir, name)
+	}
+	return filepath.Join(g.env.BinDir, name)
+}
+
+// Kill is one process the OOM killer killed, from the kernel log.
+type Kill struct {
+	Pid    int
+	Comm   string
+	Adj    int
+	Memcg  bool // a memory cgroup OOM, not a global one
+	Reason string
+}
+
+// Run is what a boot showed.
+type Run struct {
+	Scenario, Variant string
+	Console           string
+	Results           []map[string]string
+	Killed            []Kill
+	Elapsed           time.Duration
+}
+
+// Result returns the first @@RESULT line that has key, or nil.
+func (r *Run) Result(key string) map[string]string {
+	for _, m := range r.Results {
+		if _, ok := m[key]; ok {
+			return m
+		}
+	}
+	return nil
+}
+
+// KilledComms lists the killed processes' names in order.
+func (r *Run) KilledComms() []string {
+	var out []string
+	for _, k := range r.Killed {
+		out = append(out, k.Comm)
+	}
+	return out
+}
+
+// Boot runs one variant of a scenario in a fresh VM.
+func (e *Env) Boot(ctx context.Context, s Scenario, v Variant) (*Run, error) {
+	dir, err := os.MkdirTemp(e.WorkDir, s.Name+"-"+v.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	g := &Guest{env: e, a: newArchive(), dir: dir, bundles: map[string]*runcbundle.Bundle{}}
+	if err := e.base(g, s); err != nil {
+		return nil, err
+	}
+	if v.Setup != nil {
+		if err := v.Setup(g); err != nil {
+			return nil, fmt.Errorf("set up %s/%s: %w", s.Name, v.Name, err)
+		}
+	}
+	for name, b := range g.bundles {
+		if err := b.Save(); err != nil {
+			return nil, err
+		}
+		if err := g.a.copyTree("/bundles/"+name, b.Dir); err != nil {
+			return nil, err
+		}
+	}
+	initrd := filepath.Join(dir, "initramfs.cpio")
+	f, err := os.Create(initrd)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.a.writeTo(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write initramfs: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return e.boot(ctx, s, v, initrd)
+}
+
+func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string) (*Run, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.Timeout)
+	defer cancel()
+	mem := s.MemoryMB
+	if mem == 0 {
+		mem = 256
+	}
+	cmdline := "console=ttyS0 quiet loglevel=1 panic=-1 log_buf_len=1M oomguard.variant=" + v.Name
+	cmd := exec.CommandContext(ctx, QEMU, "-nodefaults", "-no-user-config", "-display", "none",
+		"-serial", "stdio", "-monitor", "none", "-no-reboot", "-m", strconv.Itoa(mem), "-smp", "1",
+		"-kernel", e.Kernel, "-initrd", initrd, "-append", cmdline)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	run := parseConsole(out.String())
+	run.Scenario, run.Variant, run.Elapsed = s.Name, v.Name, time.Since(start)
+	if ctx.Err() != nil {
+		return run, fmt.Errorf("%s/%s: the VM did not finish within %s; console:\n%s", s.Name, v.Name, e.Timeout, run.Console)
+	}
+	if err != nil {
+		return run, fmt.Errorf("%s/%s: qemu: %v; console:\n%s", s.Name, v.Name, err, run.Console)
+	}
+	if !strings.Contains(run.Console, "@@DONE") {
+		return run, fmt.Errorf("%s/%s: the scenario did not complete; console:\n%s", s.Name, v.Name, run.Console)
+	}
+	return run, nil
+}
+
+var killRE = regexp.MustCompile(`(Memory cgroup out of memory|Out of memory[^:]*): Killed process (\d+) \(([^)]*)\).*oom_score_adj:(-?\d+)`)
+
+func parseConsole(console string) *Run {
+	r := &Run{Console: console}
+	sc := bufio.NewScanner(strings.NewReader(console))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if i := strings.Index(line, "@@RESULT "); i >= 0 {
+			m := map[string]string{}
+			for _, f := range strings.Fields(line[i+len("@@RESULT "):]) {
+				k, v, _ := strings.Cut(f, "=")
+				m[k] = v
+			}
+			r.Results = append(r.Results, m)
+		}
+		if strings.Contains(line, "@@DMESG ") {
+			if m := killRE.FindStringSubmatch(line); m != nil {
+				pid, _ := strconv.Atoi(m[2])
+				adj, _ := strconv.Atoi(m[4])
+				r.Killed = append(r.Killed, Kill{Pid: pid, Comm: m[3], Adj: adj, Memcg: strings.HasPrefix(m[1], "Memory cgroup"), Reason: m[1]})
+			}
+		}
+	}
+	return r
+}
+
+// base is what every boot has: busybox, runc and its libraries, oomguard's
+// binaries and configuration, /init and the scenario.
+func (e *Env) base(g *Guest, s Scenario) error {
+	a := g.a
+	if err := a.copyFile("/bin/busybox", runcbundle.Busybox); err != nil {
+		return err
+	}
+	applets, err := exec.Command(runcbundle.Busybox, "--list-full").Output()
+	if err != nil {
+		return fmt.Errorf("busybox --list-full: %w", err)
+	}
+	for _, p := range strings.Fields(string(applets)) {
+		if p != "bin/busybox" {
+			a.symlink("/"+p, "/bin/busybox")
+		}
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return err
+	}
+	if err := a.copyFile("/usr/sbin/runc", runc); err != nil {
+		return err
+	}
+	libs, err := sharedLibs(runc)
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		real, err := filepath.EvalSymlinks(l)
+		if err != nil {
+			return err
+		}
+		if err := a.copyFile(l, real); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"oomguard-hook", "oomguard-init", "oomguard-doctor"} {
+		if err := a.copyFile(GuestBin+"/"+name, g.Bin(name)); err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{GuestConfig, "/etc/oomguard/config.toml"} {
+		if err := a.copyFile(p, filepath.Join(e.RepoDir, "deploy", "config.toml")); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"/proc", "/sys", "/dev", "/run", "/tmp", "/var/log", "/etc"} {
+		a.mkdirAll(d)
+	}
+	a.file("/init", []byte(initScript), 0o755)
+	a.file("/lib/oomguard-vm.sh", []byte(libScript), 0o644)
+	a.file("/scenario.sh", []byte(s.Script), 0o644)
+	return nil
+}
+
+var lddRE = regexp.MustCompile(`(/[^\s]+) \(0x`)
+
+func sharedLibs(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		// A static binary: ldd says so and exits non-zero.
+		if bytes.Contains(out, []byte("not a dynamic executable")) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	var libs []string
+	for _, m := range lddRE.FindAllStringSubmatch(string(out), -1) {
+		libs = append(libs, m[1])
+	}
+	if len(libs) == 0 {
+		return nil, errors.New("ldd found no libraries for " + bin)
+	}
+	return libs, nil
+}
+
+// initScript is the VM's PID 1: it mounts cgroup v2 with the memory
+// controller, makes itself unkillable, runs the scenario and powers off.
+const initScript = `#!/bin/sh
+export PATH=/usr/local/bin:/oomguard/bin:/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+echo "+memory +pids" > /sys/fs/cgroup/cgroup.subtree_control
+echo -1000 > /proc/self/oom_score_adj
+dmesg -n 1
+VARIANT=$(sed -n 's/.*oomguard\.variant=\([^ ]*\).*/\1/p' /proc/cmdline)
+export VARIANT
+echo "@@BOOTED kernel=$(uname -r) cgroupfs=$(awk '$2 == "/sys/fs/cgroup" {print $3}' /proc/mounts) variant=$VARIANT"
+( . /lib/oomguard-vm.sh; . /scenario.sh )
+echo "@@DONE status=$?"
+poweroff -f
+`
+
+// libScript holds the helpers every scenario uses.
+const libScript = `# run_pod NAME: run /bundles/NAME with runc to completion, print what it
+# printed, and report its exit status as @@RESULT pod_exit=N.
+run_pod() {
+	runc --root /run/runc run --no-pivot -b /bundles/$1 $1 >/tmp/$1.out 2>/tmp/$1.err
+	code=$?
+	cat /tmp/$1.out
+	sed 's/^/@@STDERR /' /tmp/$1.err
+	echo "@@RESULT pod_exit=$code"
+}
+
+# start_pod NAME: start /bundles/NAME in the background (runc run -d).
+start_pod() {
+	runc --root /run/runc run -d --no-pivot -b /bundles/$1 $1 </dev/null >/tmp/$1.out 2>&1 || sed 's/^/@@STDERR /' /tmp/$1.out
+}
+
+# doctor: run oomguard-doctor, show its report, and report each check's
+# severity as @@RESULT check=NAME severity=N (0 ok … 4 critical).
+doctor() {
+	/oomguard/bin/oomguard-doctor --sample 0 "$@" | sed 's/^/@@DOCTOR /'
+	/oomguard/bin/oomguard-doctor --sample 0 --prometheus "$@" |
+		sed -n 's/^oomguard_doctor_severity{check="\([^"]*\)"} \([0-9]\)$/@@RESULT check=\1 severity=\2/p'
+}
+
+# start_containerd: run containerd (restartable) and wait for its socket.
+start_containerd() {
+	mkdir -p /var/lib/containerd /run/containerd /var/log/pods
+	rm -f /run/containerd/containerd.sock
+	containerd --config /etc/containerd/config.toml >>/tmp/containerd.log 2>&1 &
+	echo $! > /run/containerd.pid
+	i=0
+	while [ ! -S /run/containerd/containerd.sock ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+	[ -S /run/containerd/containerd.sock ] || { echo "@@RESULT containerd=failed"; tail -30 /tmp/containerd.log | sed 's/^/@@CONTAINERD /'; }
+	kubeletish wait-ready
+}
+
+stop_containerd() {
+	kill -9 $(cat /run/containerd.pid)
+	sleep 0.5
+}
+
+# start_plugin: oomguard-nri as an external process (the DaemonSet's way);
+# waits until it has synchronized once more than before.
+start_plugin() {
+	before=$(synced_count)
+	oomguard-nri >>/tmp/plugin.log 2>&1 &
+	echo $! > /run/plugin.pid
+	wait_synced $before
+}
+
+# synced_count: how often the plugin has synchronized (0 before it logged).
+synced_count() {
+	cat /tmp/plugin.log 2>/dev/null | grep -c "msg=synchronized"
+}
+
+# wait_synced N: until the plugin's log shows more than N synchronizations.
+wait_synced() {
+	i=0
+	while [ "$(synced_count)" -le "${1:-0}" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+	[ $i -lt 600 ] || { echo "@@RESULT plugin=not-synchronized"; tail -20 /tmp/plugin.log | sed 's/^/@@PLUGIN /'; }
+}
+
+# report: the kernel's OOM kills and the hook's log, for the harness.
+report() {
+	dmesg | grep -E "Killed process|going to be killed" | sed 's/^/@@DMESG /'
+	[ -f /var/log/oomguard-hook.log ] && sed 's/^/@@HOOKLOG /' /var/log/oomguard-hook.log
+	[ -f /tmp/plugin.log ] && sed 's/^/@@PLUGIN /' /tmp/plugin.log
+	[ -f /tmp/containerd.log ] && grep -i "oomguard\|nri" /tmp/containerd.log | tail -40 | sed 's/^/@@CONTAINERD /'
+	true
+}
+
+# start_daemons NAME...: node daemons at oom_score_adj 0 holding 8 MiB each.
+start_daemons() {
+	for d in "$@"; do
+		/daemons/$d 8 &
+		echo $! > /run/$d.pid
+	done
+	sleep 1
+}
+
+# check_daemons NAME...: @@RESULT daemon=NAME state=alive|dead for each.
+check_daemons() {
+	for d in "$@"; do
+		if kill -0 $(cat /run/$d.pid) 2>/dev/null; then s=alive; else s=dead; fi
+		echo "@@RESULT daemon=$d state=$s"
+	done
+}
+`

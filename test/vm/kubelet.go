@@ -1,0 +1,140 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/test/nriruntime"
+	"github.com/oomguard/oomguard/test/runcbundle"
+)
+
+// GuaranteedScore is kubelet's oom_score_adj for Guaranteed pods.
+const GuaranteedScore = -997
+
+// AsKubeletGuaranteed gives a bundle what kubelet asks of the runtime for a
+// Guaranteed pod on cgroup v2: score -997 and memory.oom.group = 1, and a
+// memory limit when limit > 0.
+func AsKubeletGuaranteed(b *runcbundle.Bundle, limit int64) {
+	score := GuaranteedScore
+	b.Spec.Process.OOMScoreAdj = &score
+	if b.Spec.Linux.Resources == nil {
+		b.Spec.Linux.Resources = &specs.LinuxResources{}
+	}
+	b.Spec.Linux.Resources.Unified = map[string]string{"memory.oom.group": "1"}
+	if limit > 0 {
+		b.SetMemoryLimit(limit)
+	}
+}
+
+// WithHook runs oomguard-hook with the shipped configuration at createRuntime.
+func WithHook(b *runcbundle.Bundle) { b.AddHook(GuestHook, "--config", GuestConfig) }
+
+// WithShim puts oomguard-init in front of the container's command, as the
+// image patcher does.
+func WithShim(g *Guest, b *runcbundle.Bundle) error {
+	if err := b.CopyFile(g.Bin("oomguard-init"), GuestShim, 0o755); err != nil {
+		return err
+	}
+	b.Spec.Process.Args = append([]string{GuestShim, "--"}, b.Spec.Process.Args...)
+	return nil
+}
+
+// expectKilled fails unless the kernel killed exactly the processes named
+// (in any order; a name may repeat).
+func expectKilled(r *Run, want ...string) error {
+	got := r.KilledComms()
+	if !slices.Equal(sorted(got), sorted(want)) {
+		return fmt.Errorf("the kernel killed %s, want %s", list(got), list(want))
+	}
+	return nil
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "nothing"
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+// WithNRI gives the bundle the spec containerd would create with oomguard-nri
+// connected: the kubelet request goes through NRI's runtime side to the real
+// plugin binary, and its adjustment is applied with NRI's spec generator.
+func WithNRI(g *Guest, b *runcbundle.Bundle) error {
+	dir, err := os.MkdirTemp("", "oomguard-vm-nri-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	nriruntime.SetLog(g.env.Log)
+	rt, err := nriruntime.Start(dir, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer rt.Stop()
+	rt.PluginLog = g.env.Log
+	plugin, err := rt.StartPlugin(g.Bin("oomguard-nri"), "--config", filepath.Join(g.env.RepoDir, "deploy", "config.toml"))
+	if err != nil {
+		return err
+	}
+	defer func() { plugin.Process.Kill(); plugin.Wait() }()
+	pod := nriruntime.KubeletPod("vm", "default", "guaranteed", "runc", nil)
+	ctr := nriruntime.KubeletContainer(pod, "main", GuaranteedScore, b.Spec.Process.Args...)
+	rsp, err := rt.Create(pod, ctr)
+	if err != nil {
+		return fmt.Errorf("CreateContainer through NRI: %w", err)
+	}
+	return nriruntime.ApplyAdjustment(b.Spec, rsp.GetAdjust())
+}
+
+// WithPatchedImage makes the bundle's rootfs and command from an image that
+// imagepatch patched with the built-in shim: the pod image (a static busybox
+// with files) is pushed to an in-memory registry, patched there, and the
+// result unpacked into the bundle, as a runtime would pull it.
+func WithPatchedImage(b *runcbundle.Bundle, files map[string]runcbundle.ImageFile, cmd []string) error {
+	img, err := runcbundle.BusyboxImage(files, cmd)
+	if err != nil {
+		return err
+	}
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	src, err := name.NewTag(strings.TrimPrefix(srv.URL, "http://") + "/pods/vm:v1")
+	if err != nil {
+		return err
+	}
+	if err := remote.Write(src, img); err != nil {
+		return err
+	}
+	p, err := imagepatch.New(imagepatch.ShimSpec())
+	if err != nil {
+		return err
+	}
+	res := p.Apply(context.Background(), src)
+	if res.Action != imagepatch.ActionPush {
+		return fmt.Errorf("imagepatch: %s %s", res.Action, res.Error)
+	}
+	dst, err := name.NewTag(res.Destination)
+	if err != nil {
+		return err
+	}
+	patched, err := remote.Image(dst)
+	if err != nil {
+		return err
+	}
+	return b.UnpackImage(patched)
+}

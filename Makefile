@@ -11,12 +11,18 @@ PROGRAMS := oomguard-hook oomguard-init oomguard-nri oomguard-doctor imagepatch
 SHIM_ARCHES := amd64 arm64
 # Packages with goroutines run under the race detector.
 RACE_PKGS := ./nriplugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
+# Fuzz targets of the parsers of untrusted input, run briefly by make test;
+# their corpora are in each package's testdata/fuzz.
+FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
+	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables \
+	./internal/escape:FuzzTerminal
+FUZZTIME ?= 3s
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
 HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/...
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test-bins components test e2e e2e-host e2e-vm bench demo lint deps clean
+.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench demo lint deps clean
 
 all: build
 
@@ -44,6 +50,13 @@ components:
 test:
 	$(GO) test $$($(GO) list ./... | grep -v -e /nriplugin -e /imagepatch -e /doctor -e /test/nriruntime)
 	$(GO) test -race $(RACE_PKGS)
+	@$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	@set -e; for t in $(FUZZ); do \
+		echo "fuzz $${t#*:} ($(FUZZTIME))"; \
+		out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} 2>&1) || { echo "$$out"; exit 1; }; \
+	done
 
 # Real containers, a real registry and the VM, as root. Installs and builds
 # what they need first, outside the tests' timeouts.

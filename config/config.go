@@ -8,11 +8,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // DefaultPath is read when neither a flag nor EnvPath names a file.
@@ -30,6 +34,7 @@ type Config struct {
 	Annotations Annotations `toml:"annotations"`
 	NRI         NRI         `toml:"nri"`
 	Doctor      Doctor      `toml:"doctor"`
+	Containment Containment `toml:"containment"`
 	Rules       []Rule      `toml:"rule"`
 
 	// Missing is set by Find when no file exists at DefaultPath and these are the defaults.
@@ -45,12 +50,20 @@ type Doctor struct {
 	DyingMemcgsCritical int `toml:"dying_memcgs_critical"`
 }
 
-// DefaultDaemons are the node daemons whose loss took the incident's node down.
-var DefaultDaemons = []string{
+// defaultDaemons are the node daemons whose loss took the incident's node down.
+var defaultDaemons = []string{
 	"sshd", "kubelet", "containerd", "crio", "dockerd", "containerd-shim", "conmon",
 	"systemd", "systemd-networkd", "systemd-resolved", "systemd-journald", "systemd-logind", "systemd-udevd",
 	"dbus-daemon", "dbus-broker", "chronyd", "ntpd", "rpcbind", "rpc.mountd", "agetty", "NetworkManager",
 	"rngd", "amazon-ssm-agent", "node_exporter",
+}
+
+// Containment says where containers live: oomguard writes only inside one
+// container's own cgroup, and only to processes in it.
+type Containment struct {
+	// CgroupParents are cgroups each of whose children is one container
+	// (podman's, plain runc's). kubelet's pods (kubepods…/pod<uid>) need no entry.
+	CgroupParents []string `toml:"cgroup_parents"`
 }
 
 // Log says where and how programs log.
@@ -139,7 +152,8 @@ func Default() *Config {
 			PluginIndex:    "10",
 			VerifyInterval: Duration{60 * time.Second},
 		},
-		Doctor: Doctor{Daemons: DefaultDaemons, DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
+		Doctor:      Doctor{Daemons: slices.Clone(defaultDaemons), DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
+		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},
 	}
 }
 
@@ -187,24 +201,28 @@ func (e *LoadError) Error() string {
 }
 func (e *LoadError) Unwrap() error { return e.Err }
 
-// Load reads and validates the file at path.
+// MaxFileSize bounds a configuration file: a real one is a few KiB.
+const MaxFileSize = 1 << 20
+
+// Load reads and validates the file at path. It reads only a regular file,
+// without waiting on a FIFO or reading a device without end.
 func Load(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := safeio.ReadFile(path, MaxFileSize)
 	if err != nil {
 		return nil, &LoadError{Op: "read", Path: path, Err: err}
 	}
 	c, err := Parse(b)
 	if err != nil {
-		return nil, &LoadError{Op: "parse", Path: path, Strict: strictIn(b), Err: err}
+		return nil, &LoadError{Op: "parse", Path: path, Strict: StrictIn(b), Err: err}
 	}
 	return c, nil
 }
 
 var strictLine = regexp.MustCompile(`^\s*strict\s*=\s*true\s*(#.*)?$`)
 
-// strictIn finds strict = true among the top-level keys of a file that
+// StrictIn finds strict = true among the top-level keys of a file that
 // does not parse or validate.
-func strictIn(data []byte) bool {
+func StrictIn(data []byte) bool {
 	var top struct {
 		Strict bool `toml:"strict"`
 	}
@@ -286,8 +304,19 @@ func (c *Config) Validate() error {
 	if c.Doctor.DyingMemcgsWarning < 0 || c.Doctor.DyingMemcgsCritical < c.Doctor.DyingMemcgsWarning {
 		add("doctor.dying_memcgs_warning %d and doctor.dying_memcgs_critical %d: want 0 ≤ warning ≤ critical", c.Doctor.DyingMemcgsWarning, c.Doctor.DyingMemcgsCritical)
 	}
-	if c.NRI.VerifyInterval.Duration < 0 {
-		add("nri.verify_interval %s: want 0 (off) or a positive duration", c.NRI.VerifyInterval)
+	if d := c.NRI.VerifyInterval.Duration; d != 0 && d < time.Second {
+		add("nri.verify_interval %s: want 0 (off) or at least 1s", c.NRI.VerifyInterval)
+	}
+	if !pluginIndex.MatchString(c.NRI.PluginIndex) {
+		add("nri.plugin_index %q: want two digits, 00 to 99 (NRI orders plugins by it)", c.NRI.PluginIndex)
+	}
+	if !pluginName.MatchString(c.NRI.PluginName) {
+		add("nri.plugin_name %q: want letters, digits, '-', '_' and '.'", c.NRI.PluginName)
+	}
+	for _, p := range c.Containment.CgroupParents {
+		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+			add("containment.cgroup_parents %q: want an absolute, clean cgroup path other than /", p)
+		}
 	}
 
 	seen := map[string]int{}
@@ -314,3 +343,8 @@ func (c *Config) Validate() error {
 }
 
 func inScoreRange(v int) bool { return v >= -1000 && v <= 1000 }
+
+var (
+	pluginIndex = regexp.MustCompile(`^[0-9]{2}$`)
+	pluginName  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+)

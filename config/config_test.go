@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,6 +70,13 @@ func TestParseErrors(t *testing.T) {
 		{"bad trusted glob", "[annotations]\ntrusted_namespaces=['kube-[']", []string{"unterminated '['"}},
 		{"bad duration", "[nri]\nverify_interval='soon'", []string{`"soon" is not a duration`}},
 		{"negative duration", "[nri]\nverify_interval='-5s'", []string{"nri.verify_interval -5s"}},
+		{"plugin index letters", "[nri]\nplugin_index='abc'", []string{`nri.plugin_index "abc"`}},
+		{"plugin index three digits", "[nri]\nplugin_index='100'", []string{`nri.plugin_index "100"`}},
+		{"plugin name", "[nri]\nplugin_name='a b'", []string{`nri.plugin_name "a b"`}},
+		{"verify every nanosecond", "[nri]\nverify_interval='1ns'", []string{"nri.verify_interval 1ns", "at least 1s"}},
+		{"cgroup parent root", "[containment]\ncgroup_parents=['/']", []string{`containment.cgroup_parents "/"`}},
+		{"cgroup parent relative", "[containment]\ncgroup_parents=['machine.slice']", []string{`containment.cgroup_parents "machine.slice"`}},
+		{"cgroup parent unclean", "[containment]\ncgroup_parents=['/a/../b']", []string{`containment.cgroup_parents "/a/../b"`}},
 		{"doctor thresholds", "[doctor]\ndying_memcgs_warning=10\ndying_memcgs_critical=5", []string{"doctor.dying_memcgs_warning 10"}},
 		{"no name", "[[rule]]\noom_score_adj=1", []string{"rule #1 has no name"}},
 		{"duplicate", "[[rule]]\nname='a'\n[[rule]]\nname='a'", []string{`rule #2 "a": the name is already used by rule #1`}},
@@ -150,5 +158,46 @@ func TestGlob(t *testing.T) {
 		if _, err := compileGlob(bad); err == nil {
 			t.Errorf("glob %q: want an error", bad)
 		}
+	}
+}
+
+// A file that does not parse or validate still says whether it asked for
+// strict mode, so that programs fail closed as it asked.
+func TestLoadErrorSaysStrict(t *testing.T) {
+	dir := t.TempDir()
+	for text, strict := range map[string]bool{
+		"strict = true\n[[rule]]\nname='x'\noom_score_adj=5000\n": true,
+		"strict = true\n[log]\nlevel = \n":                        true,
+		"  strict=true # fail closed\n[nri\n":                     true,
+		"strict = false\n[[rule]]\noom_score_adj=5000\n":          false,
+		"[[rule]]\nname='x'\nstrict = true\noom_score_adj=5000\n": false,
+	} {
+		p := filepath.Join(dir, "c.toml")
+		os.WriteFile(p, []byte(text), 0o644)
+		_, err := Load(p)
+		var le *LoadError
+		if !errors.As(err, &le) || le.Strict != strict {
+			t.Errorf("%q: %v (strict %v), want strict %v", text, err, le != nil && le.Strict, strict)
+		}
+	}
+}
+
+// Find's one rule: a named file must exist, a missing default is the defaults.
+func TestFind(t *testing.T) {
+	t.Setenv(EnvPath, "")
+	if _, err := Find(filepath.Join(t.TempDir(), "nope.toml")); err == nil {
+		t.Fatal("a missing named file must be an error")
+	}
+	t.Setenv(EnvPath, filepath.Join(t.TempDir(), "nope.toml"))
+	if _, err := Find(""); err == nil {
+		t.Fatal("a missing file named by the environment must be an error")
+	}
+	t.Setenv(EnvPath, "")
+	if _, err := os.Stat(DefaultPath); err == nil {
+		t.Skip(DefaultPath + " exists on this machine")
+	}
+	c, err := Find("")
+	if err != nil || !c.Missing || len(c.Rules) != 0 {
+		t.Fatalf("missing default: %+v %v", c, err)
 	}
 }

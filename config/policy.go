@@ -18,7 +18,9 @@ const (
 
 // Facts is what the runtime tells about a container at creation.
 type Facts struct {
-	Namespace      string
+	// Runtime wrote the spec the facts come from (containerd, cri-o, unknown).
+	Runtime        string
+	Namespace      string // "" when the runtime does not say: never trusted
 	Pod            string
 	Container      string
 	Image          string
@@ -94,7 +96,7 @@ func (c *Config) applyAnnotations(f *Facts, d *Decision) {
 		}
 		return
 	}
-	trusted := anyMatch(c.Annotations.trusted, f.Namespace)
+	trusted := f.Namespace != "" && anyMatch(c.Annotations.trusted, f.Namespace)
 
 	if hasScore {
 		v, err := strconv.Atoi(strings.TrimSpace(score))

@@ -107,6 +107,12 @@ Done in %.0fs. The logs of NRI's runtime side and the plugins are in %s.
 
 // narrate says what the kernel killed and who lived, from the run's facts.
 func narrate(r *vm.Run) string {
+	if f := r.Result("floor"); f != nil {
+		if f["lower"] == "denied" {
+			return "the container started at " + f["start"] + "; its processes could not put themselves back at -997"
+		}
+		return "the container started at " + f["start"] + "; its processes put themselves back at " + f["after"]
+	}
 	killed := uniq(r.KilledComms())
 	var b strings.Builder
 	if len(killed) == 0 {

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -58,11 +59,18 @@ func (n *node) checkConsole() Finding {
 			baud = b
 		}
 	}
-	level := 7
+	level := 7 // when kernel.printk cannot be read: the usual default
 	if pk, err := kernel.ReadSysctl(n.root, "kernel.printk"); err == nil {
-		if fs := strings.Fields(pk); len(fs) > 0 {
-			level, _ = strconv.Atoi(fs[0])
+		fs := strings.Fields(pk)
+		v, perr := 0, errors.New("empty")
+		if len(fs) > 0 {
+			v, perr = strconv.Atoi(fs[0])
 		}
+		if perr != nil || v < 0 || v > 15 {
+			f.Severity, f.Summary = Unknown, fmt.Sprintf("kernel.printk %q is not a console log level: cannot tell whether the task dump reaches %s", pk, serial.Name)
+			return f
+		}
+		level = v
 	}
 	tasks := 0
 	for _, p := range n.procs {

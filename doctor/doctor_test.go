@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/oomguard/oomguard/config"
@@ -233,5 +236,70 @@ func TestNICCPU(t *testing.T) {
 				t.Fatalf("%+v", f)
 			}
 		})
+	}
+}
+
+// A captured tree is anything its author made it: FIFOs, links to devices,
+// absurd CPU lists, escape sequences in process names. The doctor neither
+// hangs, nor runs out of memory, nor lets a name drive the terminal.
+func TestHostileTree(t *testing.T) {
+	procs := incidentProcs()
+	procs = append(procs, proc{Pid: 600, PPid: 510, Comm: "\x1b[2J\x1b[Hpwned\nline", Cmdline: "\x1b]0;title\x07", Adj: -997, Cgroup: podCg})
+	files := map[string]string{
+		"proc/interrupts":                       incidentInterrupts,
+		"proc/irq/1795/smp_affinity_list":       "0-200000000\n",
+		"proc/irq/1794/effective_affinity_list": "3,4096-8000000\n",
+		"proc/stat.next":                        "cpu  1 0 1 8 0 0 0 0\ncpu0 1 0 1 8 0 0 0 0\n",
+	}
+	root := fixture(t, procs, files)
+	mkfifo := func(p string) {
+		os.Remove(filepath.Join(root, p))
+		if err := syscall.Mkfifo(filepath.Join(root, p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(p, target string) {
+		os.Remove(filepath.Join(root, p))
+		os.Symlink(target, filepath.Join(root, p))
+	}
+	mkfifo("proc/consoles")
+	mkfifo("proc/520/cmdline")
+	mkfifo("sys/fs/cgroup" + podCg + "/memory.oom.group")
+	link("proc/sys/vm/oom_dump_tasks", "/dev/zero")
+	link("proc/420/stat", "/dev/zero")
+	link("proc/cmdline", "/dev/urandom")
+
+	r, err := Examine(root, config.Default(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text, tree bytes.Buffer
+	r.WriteText(&text, false)
+	r.WriteTree(&tree)
+	out := text.String() + tree.String()
+	if strings.ContainsAny(out, "\x1b\x07") {
+		t.Fatalf("raw control characters in the report:\n%q", out)
+	}
+	if !strings.Contains(tree.String(), `\x1b[2J\x1b[Hpwned\nline`) {
+		t.Fatalf("the hostile name must be shown escaped:\n%s", tree.String())
+	}
+	fs := map[string]Finding{}
+	for _, f := range r.Findings {
+		fs[f.Check] = f
+	}
+	if fs["console"].Severity != Unknown {
+		t.Errorf("console from a /dev/zero sysctl and a FIFO: %+v", fs["console"])
+	}
+	if fs["nic-cpu"].Severity == Critical {
+		t.Errorf("nic-cpu: %+v", fs["nic-cpu"])
+	}
+}
+
+func TestConsoleUnparseablePrintk(t *testing.T) {
+	for _, v := range []string{"lots\n", "\n", "7x 4 1 7\n"} {
+		fs, _ := findings(t, fixture(t, incidentProcs(), map[string]string{"proc/sys/kernel/printk": v}))
+		if f := fs["console"]; f.Severity != Unknown || !strings.Contains(f.Summary, "kernel.printk") {
+			t.Errorf("printk %q: %+v", v, f)
+		}
 	}
 }

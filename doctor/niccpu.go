@@ -27,7 +27,7 @@ func (n *node) checkNICCPU() Finding {
 		if !nicRE.MatchString(in.Name) {
 			continue
 		}
-		cpus, err := kernel.IRQAffinity(n.root, in.IRQ)
+		cpus, err := kernel.IRQAffinity(n.root, in.IRQ, len(in.Counts))
 		if err != nil {
 			// Without the affinity files, the CPUs that took the interrupts.
 			for c, cnt := range in.Counts {

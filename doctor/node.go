@@ -3,8 +3,6 @@ package doctor
 import (
 	"fmt"
 	"path"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,11 +28,11 @@ type ctrRef struct {
 	ok              bool
 }
 
-// containerOf is the package's containerOf for a process, cached.
+// containerOf is kernel.KubeContainer for a process, cached.
 func (n *node) containerOf(p *kernel.Process) (pod, ctrCgroup, id string, ok bool) {
 	r, hit := n.ctrs[p.Cgroup]
 	if !hit {
-		r.pod, r.cgroup, r.id, r.ok = containerOf(p.Cgroup)
+		r.pod, r.cgroup, r.id, r.ok = kernel.KubeContainer(p.Cgroup)
 		n.ctrs[p.Cgroup] = r
 	}
 	return r.pod, r.cgroup, r.id, r.ok
@@ -72,36 +70,6 @@ func loadNode(root string, cfg *config.Config, sample time.Duration) (*node, err
 		n.byPid[n.procs[i].Pid] = &n.procs[i]
 	}
 	return n, nil
-}
-
-// Container identity from a cgroup path, as kubelet and the runtimes lay it out.
-var (
-	podRE       = regexp.MustCompile(`(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-z]+)(\.slice)?$`)
-	ctrPrefixes = []string{"cri-containerd-", "crio-conmon-", "crio-", "docker-", "libpod-", "containerd-"}
-)
-
-// containerOf splits a cgroup path into its pod and container cgroups:
-// "/kubepods/burstable/pod1/abc/init.scope" → pod "1", container cgroup
-// "/kubepods/burstable/pod1/abc", id "abc".
-func containerOf(cg string) (pod, ctrCgroup, id string, ok bool) {
-	if !strings.Contains(cg, "kubepods") {
-		return "", "", "", false
-	}
-	parts := strings.Split(strings.Trim(cg, "/"), "/")
-	for i, p := range parts {
-		m := podRE.FindStringSubmatch(p)
-		if m == nil || i+1 >= len(parts) {
-			continue
-		}
-		pod = strings.ReplaceAll(m[1], "_", "-")
-		id = parts[i+1]
-		for _, pre := range ctrPrefixes {
-			id = strings.TrimPrefix(id, pre)
-		}
-		id = strings.TrimSuffix(id, ".scope")
-		return pod, "/" + strings.Join(parts[:i+2], "/"), id, true
-	}
-	return "", "", "", false
 }
 
 func short(id string) string { return id[:min(len(id), 12)] }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/oomguard/oomguard/internal/escape"
 )
 
 // WriteJSON writes the report as JSON.
@@ -20,15 +22,16 @@ var colours = map[Severity]string{Critical: "\x1b[1;31m", Warning: "\x1b[33m", U
 
 // WriteText writes the findings for a terminal, in colour if asked.
 func (r *Report) WriteText(w io.Writer, colour bool) {
-	fmt.Fprintf(w, "oomguard-doctor: %s\n\n", r.Root)
+	// Findings quote names and files a pod or a captured tree chose.
+	fmt.Fprintf(w, "oomguard-doctor: %s\n\n", escape.Terminal(r.Root))
 	for _, f := range r.Findings {
 		sev := fmt.Sprintf("%-8s", strings.ToUpper(f.Severity.String()))
 		if colour {
 			sev = colours[f.Severity] + sev + "\x1b[0m"
 		}
-		fmt.Fprintf(w, "%s  %-13s  %s\n", sev, f.Check, f.Summary)
+		fmt.Fprintf(w, "%s  %-13s  %s\n", sev, f.Check, escape.Terminal(f.Summary))
 		for _, d := range f.Details {
-			fmt.Fprintf(w, "%-8s  %-13s    - %s\n", "", "", d)
+			fmt.Fprintf(w, "%-8s  %-13s    - %s\n", "", "", escape.Terminal(d))
 		}
 		if f.Fix != "" {
 			fmt.Fprintf(w, "%-8s  %-13s    fix: %s\n", "", "", f.Fix)
@@ -71,7 +74,7 @@ func (r *Report) WriteTree(w io.Writer) {
 		}
 		line = append(line[:0], strings.Repeat("  ", depth)...)
 		line = append(strconv.AppendInt(append(line, '['), int64(p.Pid), 10), "] "...)
-		line = append(append(line, p.Comm...), ": "...)
+		line = append(append(line, escape.Terminal(p.Comm)...), ": "...)
 		line = append(strconv.AppendInt(line, int64(p.OOMScore), 10), " ("...)
 		if p.OOMScoreAdj >= 0 {
 			line = append(line, '+')

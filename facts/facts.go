@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -19,20 +21,61 @@ import (
 // cgroup resources, as kubelet sets it and NRI carries it.
 const UnifiedOOMGroup = "memory.oom.group"
 
-// Annotations the CRI runtimes write into a container's OCI spec, first match wins.
-var (
-	namespaceKeys = []string{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace"}
-	podKeys       = []string{"io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"}
-	containerKeys = []string{"io.kubernetes.cri.container-name", "io.kubernetes.container.name"}
-	imageKeys     = []string{"io.kubernetes.cri.image-name", "io.kubernetes.cri-o.ImageName"}
-	handlerKeys   = []string{"io.kubernetes.cri.runtime-handler", "io.kubernetes.cri-o.RuntimeHandler"}
+// Runtimes, as the facts name the one that wrote a spec.
+const (
+	RuntimeContainerd = "containerd"
+	RuntimeCRIO       = "cri-o"
+	RuntimeUnknown    = "unknown"
 )
 
-// CRI-O packs the container's labels and annotations as JSON into these.
+// Keys each runtime writes into a container's spec after the pod's own
+// annotations, so that a pod cannot set them. containerd passes a pod's
+// annotations through only where its pod_annotations allow; CRI-O copies
+// them all, then writes its own io.kubernetes.cri-o.* keys and kubelet's
+// container labels over them.
 const (
-	crioLabels      = "io.kubernetes.cri-o.Labels"
-	crioAnnotations = "io.kubernetes.cri-o.Annotations"
+	containerdMark      = "io.kubernetes.cri.container-type"
+	containerdNamespace = "io.kubernetes.cri.sandbox-namespace"
+	containerdPod       = "io.kubernetes.cri.sandbox-name"
+	containerdContainer = "io.kubernetes.cri.container-name"
+	containerdImage     = "io.kubernetes.cri.image-name"
+
+	crioMark        = "io.kubernetes.cri-o.ContainerType"
+	crioLabels      = "io.kubernetes.cri-o.Labels"      // kubelet's container labels, as JSON
+	crioAnnotations = "io.kubernetes.cri-o.Annotations" // kubelet's container annotations, as JSON
+	crioImage       = "io.kubernetes.cri-o.Image"       // the image the pod asked for
+	crioImageName   = "io.kubernetes.cri-o.ImageName"   // some name of the image used
+
+	// kubelet's container labels.
+	labelNamespace = "io.kubernetes.pod.namespace"
+	labelPod       = "io.kubernetes.pod.name"
+	labelContainer = "io.kubernetes.container.name"
 )
+
+// Where each runtime keeps a container's bundle, by default.
+var (
+	containerdBundle = regexp.MustCompile(`/io\.containerd\.runtime\.v2\.task/[^/]+/[^/]+/?$`)
+	crioBundle       = regexp.MustCompile(`/[^/]+-containers/[0-9a-f]{64}/userdata/?$`)
+)
+
+// whichRuntime tells the runtime that wrote a spec by the keys only it writes.
+// A spec with both runtimes' keys (one runtime passed the other's through
+// from a pod) is told by where its bundle is, or not at all.
+func whichRuntime(ann map[string]string, bundle string) string {
+	_, ctrd := ann[containerdMark]
+	_, crio := ann[crioMark]
+	switch {
+	case ctrd && !crio:
+		return RuntimeContainerd
+	case crio && !ctrd:
+		return RuntimeCRIO
+	case ctrd && crio && containerdBundle.MatchString(bundle):
+		return RuntimeContainerd
+	case ctrd && crio && crioBundle.MatchString(bundle):
+		return RuntimeCRIO
+	}
+	return RuntimeUnknown
+}
 
 // Spec is the part of an OCI runtime spec (a bundle's config.json) the
 // policy reads. The hook decodes config.json into it rather than into
@@ -62,36 +105,40 @@ type Resources struct {
 }
 
 // FromOCI reads what the runtime put into a container's spec and state. The
-// score the runtime gave the process is read from /proc under root when the
-// spec has none. Malformed parts are skipped and returned as warnings: facts
-// are best effort, the policy decides on what is known.
+// container's identity — namespace, pod, container, image — comes only from
+// the keys the runtime that wrote the spec writes itself, so a pod cannot
+// claim another's; when that runtime cannot be told, the identity is unknown
+// and the container is not trusted. The score the runtime gave the process is
+// read from /proc under root when the spec has none. Malformed parts are
+// skipped and returned as warnings: facts are best effort, the policy
+// decides on what is known.
 func FromOCI(root string, st *specs.State, sp *Spec) (config.Facts, []error) {
 	var warnings []error
 	ann := map[string]string{}
 	maps.Copy(ann, sp.Annotations)
 	maps.Copy(ann, st.Annotations)
-	f := config.Facts{
-		Namespace:      first(ann, namespaceKeys),
-		Pod:            first(ann, podKeys),
-		Container:      first(ann, containerKeys),
-		Image:          first(ann, imageKeys),
-		RuntimeHandler: first(ann, handlerKeys),
-		Labels:         map[string]string{},
-		Annotations:    ann,
-	}
-	if v, ok := ann[crioLabels]; ok {
-		if err := json.Unmarshal([]byte(v), &f.Labels); err != nil {
-			warnings = append(warnings, fmt.Errorf("ignoring malformed annotation %s: %w", crioLabels, err))
+	f := config.Facts{Runtime: whichRuntime(ann, st.Bundle), Labels: map[string]string{}, Annotations: ann}
+	switch f.Runtime {
+	case RuntimeContainerd:
+		f.Namespace, f.Pod, f.Container = ann[containerdNamespace], ann[containerdPod], ann[containerdContainer]
+		f.Image = Image(f.Runtime, ann)
+	case RuntimeCRIO:
+		if v, ok := ann[crioLabels]; ok {
+			if err := json.Unmarshal([]byte(v), &f.Labels); err != nil {
+				warnings = append(warnings, fmt.Errorf("%s: %w", crioLabels, err))
+			}
 		}
-	}
-	if v, ok := ann[crioAnnotations]; ok {
-		var inner map[string]string
-		if err := json.Unmarshal([]byte(v), &inner); err != nil {
-			warnings = append(warnings, fmt.Errorf("ignoring malformed annotation %s: %w", crioAnnotations, err))
-		} else {
-			merged := maps.Clone(inner)
-			maps.Copy(merged, ann) // the spec's own annotations win
-			f.Annotations = merged
+		f.Namespace, f.Pod, f.Container = f.Labels[labelNamespace], f.Labels[labelPod], f.Labels[labelContainer]
+		f.Image = Image(f.Runtime, ann)
+		if v, ok := ann[crioAnnotations]; ok {
+			var inner map[string]string
+			if err := json.Unmarshal([]byte(v), &inner); err != nil {
+				warnings = append(warnings, fmt.Errorf("%s: %w", crioAnnotations, err))
+			} else {
+				merged := maps.Clone(inner)
+				maps.Copy(merged, ann) // the spec's own annotations win
+				f.Annotations = merged
+			}
 		}
 	}
 	if sp.Process != nil {
@@ -127,7 +174,31 @@ func ParseGroup(unified map[string]string) *bool {
 	return &b
 }
 
-func first(m map[string]string, keys []string) string {
+// Image is the image a container was created from, as runtime (one of the
+// Runtime names) writes it among the container's annotations; "" for others.
+func Image(runtime string, ann map[string]string) string {
+	switch runtime {
+	case RuntimeContainerd:
+		return ann[containerdImage]
+	case RuntimeCRIO:
+		return first(ann, crioImage, crioImageName)
+	}
+	return ""
+}
+
+// RuntimeNamed maps the name a runtime gives itself (in NRI's Configure:
+// "containerd", "cri-o") to one of the Runtime names.
+func RuntimeNamed(name string) string {
+	switch n := strings.ToLower(name); {
+	case strings.Contains(n, "cri-o") || strings.Contains(n, "crio"):
+		return RuntimeCRIO
+	case strings.Contains(n, "containerd"):
+		return RuntimeContainerd
+	}
+	return RuntimeUnknown
+}
+
+func first(m map[string]string, keys ...string) string {
 	for _, k := range keys {
 		if v, ok := m[k]; ok && v != "" {
 			return v

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/oomguard/oomguard/facts"
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/logging"
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // Options are the hook's flags.
@@ -28,14 +31,37 @@ type Options struct {
 	Strict     bool   // fail closed whatever the configuration says
 	Root       string // the host's filesystem root holding /proc and /sys
 	LogFile    string // overrides the configuration's log.file
+	// Deadline is how long the hook may take before it gives up on the
+	// container (leaving it as it is), whatever it waits on.
+	Deadline time.Duration
 }
 
-// maxState bounds what is read from stdin; a real OCI state is a few KiB.
-const maxState = 1 << 20
+// DefaultDeadline is well within the timeout the hooks.d file gives runtimes.
+const DefaultDeadline = 5 * time.Second
+
+// Bounds on what the hook reads: a real OCI state is a few KiB, a bundle's
+// config.json a few tens.
+const (
+	maxState = 1 << 20
+	maxSpec  = 4 << 20
+)
 
 // Run reads the OCI state on stdin and adjusts the container. It returns the
 // exit status: 0, even on errors (logged), unless strict, then 1.
 func Run(o Options, stdin io.Reader, stderr io.Writer) int {
+	var failCode atomic.Int32 // 0 until strict is known to be on
+	if o.Strict {
+		failCode.Store(1)
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = DefaultDeadline
+	}
+	deadline := time.AfterFunc(o.Deadline, func() {
+		fmt.Fprintf(stderr, "oomguard-hook: the %s deadline passed (something it reads did not answer); container left as it is\n", o.Deadline)
+		os.Exit(int(failCode.Load()))
+	})
+	defer deadline.Stop()
+
 	cfg, cfgErr := config.Find(o.ConfigPath)
 	if cfgErr == nil && cfg.Missing {
 		cfgErr = fmt.Errorf("no configuration at %s, so no rule applies: install one (deploy/config.toml)", config.DefaultPath)
@@ -53,7 +79,11 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	if logErr != nil {
 		log.Warn("log file unavailable", "err", logErr)
 	}
-	strict := o.Strict || (cfg != nil && cfg.Strict)
+	var le *config.LoadError
+	strict := o.Strict || (cfg != nil && cfg.Strict) || (errors.As(cfgErr, &le) && le.Strict)
+	if strict {
+		failCode.Store(1)
+	}
 
 	fail := func(what string, err error) int {
 		if strict {
@@ -85,9 +115,9 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	for _, r := range dec.Rejected {
 		log.Warn("annotation rejected", "key", r.Key, "value", r.Value, "reason", r.Reason)
 	}
-	res := apply(o.Root, state, spec, dec)
+	res := apply(o.Root, state, spec, dec, cfg.Containment.CgroupParents)
 	attrs := []any{
-		"namespace", f.Namespace, "pod", f.Pod, "container", f.Container,
+		"runtime", f.Runtime, "namespace", f.Namespace, "pod", f.Pod, "container", f.Container,
 		"rule", dec.Rule, "oom_score_adj", res.score, "oom_group", res.group,
 	}
 	if len(dec.Reasons) > 0 {
@@ -122,7 +152,7 @@ func readInput(stdin io.Reader) (*specs.State, *facts.Spec, error) {
 		return nil, nil, fmt.Errorf("OCI state of %q has no bundle", st.ID)
 	}
 	p := filepath.Join(st.Bundle, "config.json")
-	cb, err := os.ReadFile(p)
+	cb, err := safeio.ReadFile(p, maxSpec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read bundle config: %w", err)
 	}
@@ -140,39 +170,64 @@ type applied struct {
 	err          error
 }
 
-func apply(root string, st *specs.State, sp *facts.Spec, d config.Decision) applied {
+func apply(root string, st *specs.State, sp *facts.Spec, d config.Decision, parents []string) applied {
 	res := applied{score: "left", group: "left"}
+	if !d.Changes() {
+		return res
+	}
+	mode := kernel.DetectMode(root)
+	c, err := container(root, mode, st, sp, parents)
+	if err != nil {
+		res.err = err
+		if d.OOMScoreAdj != nil {
+			res.score = "refused"
+		}
+		if d.OOMGroup != nil {
+			res.group = "refused"
+		}
+		return res
+	}
 	var errs []error
 	if d.OOMScoreAdj != nil {
-		old, changed, err := enforce.Score(root, st.Pid, *d.OOMScoreAdj)
+		old, changed, err := c.Score(st.Pid, *d.OOMScoreAdj)
 		res.score = describe(old, *d.OOMScoreAdj, changed, err, strconv.Itoa)
 		errs = append(errs, err)
 	}
 	if d.OOMGroup != nil {
-		res.group = applyGroup(root, st, sp, *d.OOMGroup, &errs)
+		if mode != kernel.ModeV2 {
+			res.group = fmt.Sprintf("unsupported (cgroup %s host has no memory.oom.group)", mode)
+		} else {
+			old, changed, err := c.Group(*d.OOMGroup)
+			res.group = describe(old, *d.OOMGroup, changed, err, kernel.GroupValue)
+			errs = append(errs, err)
+		}
 	}
 	res.err = errors.Join(errs...)
 	return res
 }
 
-// applyGroup sets memory.oom.group on the cgroup of the container's init,
-// else the one its spec names.
-func applyGroup(root string, st *specs.State, sp *facts.Spec, want bool, errs *[]error) string {
-	mode := kernel.DetectMode(root)
-	if mode != kernel.ModeV2 {
-		return fmt.Sprintf("unsupported (cgroup %s host has no memory.oom.group)", mode)
-	}
-	cg, err := kernel.ProcCgroup(root, mode, st.Pid)
-	if err != nil && sp.Linux != nil && sp.Linux.CgroupsPath != "" {
+// container is the container the hook may write to: the cgroup its spec
+// names (else its init's), checked to be one container's own, holding the
+// state's pid.
+func container(root string, mode kernel.Mode, st *specs.State, sp *facts.Spec, parents []string) (*enforce.Container, error) {
+	var cg string
+	var err error
+	if sp.Linux != nil && sp.Linux.CgroupsPath != "" {
 		cg, err = kernel.ResolveCgroupsPath(sp.Linux.CgroupsPath)
+	} else {
+		cg, err = kernel.ProcCgroup(root, mode, st.Pid)
 	}
 	if err != nil {
-		*errs = append(*errs, fmt.Errorf("find the cgroup of pid %d: %w", st.Pid, err))
-		return "failed"
+		return nil, fmt.Errorf("find the cgroup of pid %d: %w", st.Pid, err)
 	}
-	old, changed, err := enforce.Group(root, mode, cg, want)
-	*errs = append(*errs, err)
-	return describe(old, want, changed, err, kernel.GroupValue)
+	c, err := enforce.Contain(root, mode, cg, parents)
+	if err == nil {
+		err = c.Holds(st.Pid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("refusing to write: %w", err)
+	}
+	return c, nil
 }
 
 func describe[T any](old, want T, changed bool, err error, format func(T) string) string {

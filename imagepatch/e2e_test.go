@@ -326,3 +326,19 @@ func mustTag(t *testing.T, ref string) name.Tag {
 	}
 	return tag
 }
+
+// The reported attack, as a user runs it: eight different images, one
+// destination tag, eight jobs. Nothing is pushed; all eight are refused.
+func TestE2EOneDestinationManySources(t *testing.T) {
+	reg := startRegistry(t)
+	bin := buildCLI(t)
+	seed(t, reg.Host, "ml/dup", 8)
+	reg.Reset()
+	code, res, stderr := cli(t, bin, "apply", "--repo", reg.Host+"/ml/dup", "--tag-template", "{{.Patch}}", "--jobs", "8")
+	if code != 1 || actions(res)[ActionRefused] != 8 || actions(res)[ActionPush] != 0 {
+		t.Fatalf("exit %d, %v, stderr %s", code, actions(res), stderr)
+	}
+	if n := reg.Count("PUT", "/manifests/"); n != 0 {
+		t.Fatalf("%d manifests written", n)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
-	"path"
 	"sort"
 	"strings"
 	"time"
@@ -17,14 +16,15 @@ import (
 // layerTime is every entry's mtime: a patch layer depends on its files only.
 var layerTime = time.Unix(0, 0).UTC()
 
-// layerTar is the patch's files for arch as a tar: sorted entries with their
-// parent directories, owner 0:0, fixed times and modes.
+// layerTar is the patch's files for arch as a tar: sorted entries, owner
+// 0:0, fixed times and modes. Parent directories are not in it: the image's
+// own are kept as they are (a file in /tmp must not make /tmp 0755), and a
+// runtime creates missing ones 0755.
 func (s *Spec) layerTar(arch string) ([]byte, error) {
 	type entry struct {
 		name string
 		mode int64
 		data []byte
-		dir  bool
 	}
 	entries := map[string]entry{}
 	for _, f := range s.Files {
@@ -33,9 +33,6 @@ func (s *Spec) layerTar(arch string) ([]byte, error) {
 			data = f.data[""]
 		}
 		name := strings.TrimPrefix(f.Path, "/")
-		for d := path.Dir(name); d != "."; d = path.Dir(d) {
-			entries[d+"/"] = entry{name: d + "/", mode: 0o755, dir: true}
-		}
 		entries[name] = entry{name: name, mode: f.Mode, data: data}
 	}
 	names := make([]string, 0, len(entries))
@@ -48,9 +45,6 @@ func (s *Spec) layerTar(arch string) ([]byte, error) {
 	for _, n := range names {
 		e := entries[n]
 		h := &tar.Header{Name: e.name, Mode: e.mode, ModTime: layerTime, Format: tar.FormatPAX, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
-		if e.dir {
-			h.Typeflag, h.Size = tar.TypeDir, 0
-		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -134,31 +135,76 @@ func (p *Patcher) DestinationTag(base name.Tag) (name.Tag, error) {
 }
 
 // Plan works out what Apply would do to src, writing nothing.
-func (p *Patcher) Plan(ctx context.Context, src name.Tag) Result { return p.do(ctx, src, false) }
+func (p *Patcher) Plan(ctx context.Context, src name.Tag) Result {
+	return p.Run(ctx, []name.Tag{src}, false, nil)[0]
+}
 
 // Apply patches src and pushes the result under its destination tag.
-func (p *Patcher) Apply(ctx context.Context, src name.Tag) Result { return p.do(ctx, src, true) }
+func (p *Patcher) Apply(ctx context.Context, src name.Tag) Result {
+	return p.Run(ctx, []name.Tag{src}, true, nil)[0]
+}
 
 // Run plans or applies every source with bounded concurrency, calling done
-// after each; results keep the order of srcs.
+// after each; results keep the order of srcs. Every source is planned before
+// anything is pushed: sources whose results would go to one destination are
+// all refused, so that no destination is written twice.
 func (p *Patcher) Run(ctx context.Context, srcs []name.Tag, apply bool, done func(Result)) []Result {
 	out := make([]Result, len(srcs))
+	builds := make([]*built, len(srcs))
+	p.each(len(srcs), func(i int) {
+		out[i], builds[i] = p.plan(ctx, srcs[i])
+	})
+	refuseShared(out)
+	p.each(len(srcs), func(i int) {
+		if apply && out[i].Action == ActionPush {
+			if err := p.push(ctx, builds[i].dst, builds[i]); err != nil {
+				out[i].Action, out[i].Error = ActionFailed, err.Error()
+			}
+		}
+		if done != nil {
+			done(out[i])
+		}
+	})
+	return out
+}
+
+// each runs f for 0..n-1, p.jobs at a time.
+func (p *Patcher) each(n int, f func(i int)) {
 	sem := make(chan struct{}, p.jobs)
 	var wg sync.WaitGroup
-	for i, s := range srcs {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = p.do(ctx, s, apply)
-			if done != nil {
-				done(out[i])
-			}
+			f(i)
 		}()
 	}
 	wg.Wait()
-	return out
+}
+
+// refuseShared refuses every result whose destination another result has.
+func refuseShared(results []Result) {
+	by := map[string][]int{}
+	for i, r := range results {
+		if r.Action == ActionPush || r.Action == ActionUnchanged || r.Action == ActionRefused {
+			by[r.Destination] = append(by[r.Destination], i)
+		}
+	}
+	for dst, idx := range by {
+		if len(idx) < 2 {
+			continue
+		}
+		var names []string
+		for _, i := range idx {
+			names = append(names, results[i].Source)
+		}
+		for _, i := range idx {
+			results[i].Action = ActionRefused
+			results[i].Error = fmt.Sprintf("%d sources render to %s (%s): give each its own destination with --tag-template", len(idx), dst, strings.Join(names, ", "))
+		}
+	}
 }
 
 // built is a patched image or index, before it is pushed.
@@ -170,51 +216,54 @@ type built struct {
 	base     string
 	baseTag  name.Tag
 	upgraded bool
+	dst      name.Tag
 }
 
-func (p *Patcher) do(ctx context.Context, src name.Tag, apply bool) Result {
-	res := Result{Source: src.String()}
-	fail := func(err error) Result {
+// plan builds the result for src and says what pushing it would do. A
+// panic while building fails this source only.
+func (p *Patcher) plan(ctx context.Context, src name.Tag) (res Result, b *built) {
+	res = Result{Source: src.String()}
+	fail := func(err error) (Result, *built) {
 		res.Action, res.Error = ActionFailed, err.Error()
-		return res
+		return res, nil
 	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.Reuse(p.puller), remote.Reuse(p.pusher)}
+	defer func() {
+		if r := recover(); r != nil {
+			res, b = fail(fmt.Errorf("internal error patching %s: %v", src, r))
+		}
+	}()
+	opts := p.opts(ctx)
 	b, skip, err := p.build(src, opts)
 	if err != nil {
 		return fail(err)
 	}
 	if skip != "" {
 		res.Action, res.Error = ActionSkipped, skip
-		return res
+		return res, nil
 	}
 	res.Digest, res.Base, res.Dropped, res.Upgraded = b.digest.String(), b.base, b.dropped, b.upgraded
-	dst, err := p.DestinationTag(b.baseTag)
-	if err != nil {
+	if b.dst, err = p.DestinationTag(b.baseTag); err != nil {
 		return fail(err)
 	}
-	res.Destination = dst.String()
-	existing, err := remote.Head(dst, opts...)
+	res.Destination = b.dst.String()
+	existing, err := remote.Head(b.dst, opts...)
 	var terr *transport.Error
 	switch {
 	case err == nil && existing.Digest == b.digest:
 		res.Action = ActionUnchanged
-		return res
 	case err == nil:
 		res.Action = ActionRefused
-		res.Error = fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", dst, existing.Digest)
-		return res
+		res.Error = fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", b.dst, existing.Digest)
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+		res.Action = ActionPush
 	default:
-		return fail(fmt.Errorf("check %s: %w", dst, err))
+		return fail(fmt.Errorf("check %s: %w", b.dst, err))
 	}
-	res.Action = ActionPush
-	if !apply {
-		return res
-	}
-	if err := p.push(ctx, dst, b, opts); err != nil {
-		return fail(err)
-	}
-	return res
+	return res, b
+}
+
+func (p *Patcher) opts(ctx context.Context) []remote.Option {
+	return []remote.Option{remote.WithContext(ctx), remote.Reuse(p.puller), remote.Reuse(p.pusher)}
 }
 
 // build makes the patched image or index for src, starting from the base
@@ -315,7 +364,11 @@ func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) er
 		supported := d.MediaType.IsImage() && d.Platform != nil && d.Platform.OS != "unknown" && p.spec.Supports(d.Platform.Architecture)
 		if !supported {
 			if p.spec.Unpatchable == "keep" {
-				adds = append(adds, mutate.IndexAddendum{Add: mustChild(idx, d), Descriptor: d})
+				child, err := childOf(idx, d)
+				if err != nil {
+					return fmt.Errorf("keep the %s entry %s: %w", plat, d.Digest, err)
+				}
+				adds = append(adds, mutate.IndexAddendum{Add: child, Descriptor: d})
 			} else {
 				b.dropped = append(b.dropped, plat+" "+d.Digest.String())
 			}
@@ -349,14 +402,23 @@ func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) er
 	return err
 }
 
-func mustChild(idx v1.ImageIndex, d v1.Descriptor) mutate.Appendable {
+// childOf fetches an index entry as what it is, an index or an image.
+func childOf(idx v1.ImageIndex, d v1.Descriptor) (mutate.Appendable, error) {
+	var child mutate.Appendable
+	var err error
 	if d.MediaType.IsIndex() {
-		if c, err := idx.ImageIndex(d.Digest); err == nil {
-			return c
-		}
+		child, err = idx.ImageIndex(d.Digest)
+	} else {
+		child, err = idx.Image(d.Digest)
 	}
-	c, _ := idx.Image(d.Digest)
-	return c
+	if err != nil {
+		return nil, err
+	}
+	// Fetch it now: an entry that cannot be read must fail here, not later.
+	if _, err := partial.Descriptor(child); err != nil {
+		return nil, err
+	}
+	return child, nil
 }
 
 func (p *Patcher) recordLabels(base string, baseTag name.Tag) map[string]string {
@@ -416,9 +478,10 @@ func (p *Patcher) editConfig(c *v1.Config) {
 		}
 		c.Entrypoint = ep
 	}
-	for k, v := range e.Env {
+	// In key order: the result's digest must not depend on Go's map order.
+	for _, k := range slices.Sorted(maps.Keys(e.Env)) {
 		c.Env = slices.DeleteFunc(c.Env, func(s string) bool { return strings.HasPrefix(s, k+"=") })
-		c.Env = append(c.Env, k+"="+v)
+		c.Env = append(c.Env, k+"="+e.Env[k])
 	}
 	if c.Labels == nil {
 		c.Labels = map[string]string{}
@@ -448,9 +511,9 @@ func (p *Patcher) layer(arch string, mt types.MediaType) (v1.Layer, error) {
 // push writes the result. An image needs only its config and manifest
 // written, and the patch layer once per repository: its base layers are the
 // source's, in the same repository. An index goes through remote.WriteIndex.
-func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built, opts []remote.Option) error {
+func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
 	if b.idx != nil {
-		if err := remote.WriteIndex(dst, b.idx, opts...); err != nil {
+		if err := remote.WriteIndex(dst, b.idx, p.opts(ctx)...); err != nil {
 			return fmt.Errorf("push %s: %w", dst, err)
 		}
 		return nil

@@ -1,6 +1,8 @@
 package imagepatch
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -493,3 +495,133 @@ func TestSelectorFollowsPages(t *testing.T) {
 }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// Two sources that render to one destination are found before anything is
+// pushed, and both refused: with --jobs 8 they raced and overwrote each other.
+func TestOneDestinationTwoSources(t *testing.T) {
+	r := newRegistry(t)
+	var srcs []name.Tag
+	for i := range 8 {
+		r.push(t, fmt.Sprintf("ml/base:v%d", i), image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+		srcs = append(srcs, r.tag(t, fmt.Sprintf("ml/base:v%d", i)))
+	}
+	r.push(t, "ml/base:other", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	srcs = append(srcs, r.tag(t, "ml/other:lone"))
+	r.push(t, "ml/other:lone", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	r.c.reset()
+	p := patcher(t, r, ShimSpec(), WithTagTemplate("{{.Patch}}"), WithJobs(8))
+	res := p.Run(context.Background(), srcs, true, nil)
+	refused := 0
+	for _, x := range res[:8] {
+		if x.Action == ActionRefused && strings.Contains(x.Error, "8 sources") {
+			refused++
+		}
+	}
+	if refused != 8 {
+		t.Fatalf("want all 8 refused before any push: %+v", res)
+	}
+	if _, err := remote.Head(r.tag(t, "ml/base:oomguard-init")); err == nil {
+		t.Fatal("the contested destination was written")
+	}
+	if res[8].Action != ActionPush {
+		t.Fatalf("an uncontested source in another repository must go on: %+v", res[8])
+	}
+}
+
+// An index entry whose manifest cannot be fetched, kept as it is: that tag
+// fails with a message, the others go on; no panic.
+func TestKeepUnfetchableEntry(t *testing.T) {
+	r := newRegistry(t)
+	amd := image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"})
+	missing := image(t, "arm64", types.OCIManifestSchema1, nil, nil)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: missing, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "s390x"}}},
+	)
+	if err := remote.WriteIndex(r.tag(t, "ml/multi:v1"), idx); err != nil {
+		t.Fatal(err)
+	}
+	// The s390x entry's manifest deleted since: it dangles.
+	md, _ := missing.Digest()
+	if err := remote.Delete(r.tag(t, "ml/multi:v1").Context().Digest(md.String())); err != nil {
+		t.Fatal(err)
+	}
+	r.push(t, "ml/single:v1", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	spec := ShimSpec()
+	spec.Unpatchable = "keep"
+	res := patcher(t, r, spec).Run(context.Background(), []name.Tag{r.tag(t, "ml/multi:v1"), r.tag(t, "ml/single:v1")}, true, nil)
+	if res[0].Action != ActionFailed || !strings.Contains(res[0].Error, "s390x") {
+		t.Fatalf("dangling entry: %+v", res[0])
+	}
+	if res[1].Action != ActionPush {
+		t.Fatalf("the other tag: %+v", res[1])
+	}
+}
+
+// The same spec gives the same result, byte for byte, however Go orders its
+// maps: a second apply is unchanged, never refused.
+func TestReproducibleEnv(t *testing.T) {
+	r := newRegistry(t)
+	r.push(t, "ml/base:v1", image(t, "amd64", types.OCIManifestSchema1, nil, nil))
+	text := []byte("name='env'\nversion='1'\n[config]\nenv={A='1',B='2',C='3',D='4',E='5'}\nlabels={x='1',y='2'}")
+	digests := map[string]bool{}
+	for range 20 {
+		s, err := ParseSpec(text, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := patcher(t, r, s).Plan(context.Background(), r.tag(t, "ml/base:v1"))
+		digests[res.Digest] = true
+	}
+	if len(digests) != 1 {
+		t.Fatalf("%d different digests from one spec", len(digests))
+	}
+}
+
+// The patch layer holds only its files: a file in /tmp must not turn the
+// image's /tmp (1777) into a 0755 root directory.
+func TestLayerHasNoParentDirectories(t *testing.T) {
+	s, err := ParseSpec([]byte("name='x'\nversion='1'\n[[file]]\npath='/tmp/deep/x'\ncontent='x'"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := s.layerTar("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(tb))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if !slices.Equal(names, []string{"tmp/deep/x"}) {
+		t.Fatalf("layer entries %q", names)
+	}
+}
+
+func TestSpecRefusesHostileInput(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
+	os.Symlink("/etc/shadow", filepath.Join(dir, "shadow"))
+	os.Symlink("x", filepath.Join(dir, "alias"))
+	for _, tc := range []struct{ toml, want string }{
+		{"name='a'\nversion='1'\n[[file]]\npath=\"/x\\u0000y\"\ncontent='y'", "control character"},
+		{"name='a'\nversion='1'\n[[file]]\npath=\"/x\\ny\"\ncontent='y'", "control character"},
+		{"name='a'\nversion='1'\n[config]\nenv={'A=B'='1'}", `env key "A=B"`},
+		{"name='a'\nversion='1'\n[config]\nenv={''='1'}", `env key ""`},
+		{"name='a'\nversion='1'\n[config]\nenv={\"A\\u0000\"='1'}", "env key"},
+		{"name='a'\nversion='1'\n[config]\nenv={A=\"1\\u0000\"}", "env A"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/a'\ncontent='y'\n[[file]]\npath='/a/b'\ncontent='z'", "/a is a file"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\nsource='shadow'", "symlink"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\nsource='alias'", "symlink"},
+		{"name='a'\nversion='1'\n[[file]]\npath='/x'\nsource='../x'", "outside"},
+	} {
+		if _, err := ParseSpec([]byte(tc.toml), dir); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // Spec is one patch, read from TOML.
@@ -71,7 +74,7 @@ var (
 
 // LoadSpec reads a spec file; relative sources are relative to its directory.
 func LoadSpec(p string) (*Spec, error) {
-	b, err := os.ReadFile(p)
+	b, err := safeio.ReadFile(p, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("read patch spec: %w", err)
 	}
@@ -121,6 +124,9 @@ func (s *Spec) validate() error {
 		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
 			add("%s: path must be absolute and clean", where)
 		}
+		if hasControl(f.Path) {
+			add("%s: path has a control character", where)
+		}
 		if seen[f.Path] {
 			add("%s: listed twice", where)
 		}
@@ -149,13 +155,38 @@ func (s *Spec) validate() error {
 			add("%s: %v", where, err)
 		}
 	}
-	for k := range s.Config.Labels {
+	for _, f := range s.Files {
+		for d := path.Dir(f.Path); d != "/" && d != "."; d = path.Dir(d) {
+			if seen[d] {
+				add("file %q: %s is a file of the patch, not a directory", f.Path, d)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Config.Env)) {
+		if k == "" || strings.ContainsRune(k, '=') || hasControl(k) {
+			add("config.env key %q: want a name without '=' or control characters", k)
+		} else if hasControl(s.Config.Env[k]) {
+			add("config.env %s: the value has a control character", k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Config.Labels)) {
 		if strings.HasPrefix(k, "io.oomguard.patch.") {
 			add("config.labels %q: the io.oomguard.patch. labels are imagepatch's own", k)
+		}
+		if k == "" || hasControl(k) {
+			add("config.labels key %q: want a name without control characters", k)
+		}
+	}
+	for _, a := range append(slices.Clone(s.Config.EntrypointPrefix), s.Config.DefaultCommand...) {
+		if strings.ContainsRune(a, 0) {
+			add("config: argument %q has a NUL", a)
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// maxSource bounds a source file: a patch is small.
+const maxSource = 64 << 20
 
 func (f *File) load(dir string) error {
 	f.data = map[string][]byte{}
@@ -164,9 +195,18 @@ func (f *File) load(dir string) error {
 			return e, nil
 		}
 		if !filepath.IsAbs(p) {
+			// A relative source is the spec's own: it stays in its directory.
+			if !filepath.IsLocal(p) {
+				return nil, fmt.Errorf("source %q is outside the spec's directory: give an absolute path if that is meant", p)
+			}
 			p = filepath.Join(dir, p)
 		}
-		return os.ReadFile(p)
+		// A source that is a link could put any host file (/etc/shadow)
+		// into an image under an innocent name: copy the file itself.
+		if st, err := os.Lstat(p); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("source %s is a symlink: point source at the file it links to", p)
+		}
+		return safeio.ReadFile(p, maxSource)
 	}
 	switch {
 	case f.Content != nil:
@@ -258,3 +298,7 @@ func ShimSpec() *Spec {
 
 // ShimSpecTOML is the built-in spec's text, a starting point for others.
 func ShimSpecTOML() []byte { return bytes.Clone(shimSpecTOML) }
+
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
+}

@@ -25,9 +25,14 @@ type hooksDFile struct {
 }
 
 type hooksDHook struct {
-	Path string   `json:"path"`
-	Args []string `json:"args,omitempty"`
+	Path    string   `json:"path"`
+	Args    []string `json:"args,omitempty"`
+	Timeout int      `json:"timeout,omitempty"` // seconds, after which the runtime kills the hook
 }
+
+// HookTimeout is the hooks.d timeout: longer than the hook's own deadline
+// (hook.DefaultDeadline), so the hook ends first and fails open.
+const HookTimeout = 10
 
 type hooksDWhen struct {
 	Always bool `json:"always"`
@@ -73,7 +78,7 @@ func HookDocument(o HookOptions) ([]byte, error) {
 	}
 	f := hooksDFile{
 		Version: "1.0.0",
-		Hook:    hooksDHook{Path: p, Args: []string{"oomguard-hook", "--config", cfg}},
+		Hook:    hooksDHook{Path: p, Args: []string{"oomguard-hook", "--config", cfg}, Timeout: HookTimeout},
 		When:    hooksDWhen{Always: true},
 		Stages:  []string{o.Stage},
 	}

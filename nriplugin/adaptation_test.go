@@ -3,6 +3,7 @@ package nriplugin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,7 +66,7 @@ func connectPluginAt(t *testing.T, socket, cfgText, root string) *testPlugin {
 	cfg.NRI.VerifyInterval.Duration = 0
 	tp := &testPlugin{logs: &syncBuffer{}, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	tp.p = New(cfg, root, log, NewMetrics())
+	tp.p = New(cfg, nil, root, log, NewMetrics())
 	ctx, cancel := context.WithCancel(context.Background())
 	tp.cancel = cancel
 	go func() { defer close(tp.done); tp.p.Serve(ctx, cfg.NRI, false) }()
@@ -117,10 +118,18 @@ func adjusted(rsp *api.CreateContainerResponse) (score string, group string) {
 	return score, group
 }
 
+// v2Node is an empty cgroup v2 node.
+func v2Node(t *testing.T) string {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "sys/fs/cgroup"), 0o755)
+	os.WriteFile(filepath.Join(root, "sys/fs/cgroup/cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
+	return root
+}
+
 func TestCreateContainer(t *testing.T) {
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
-	tp := connectPlugin(t, dir, readShipped(t), t.TempDir())
+	tp := connectPlugin(t, dir, readShipped(t), v2Node(t))
 
 	for _, tc := range []struct {
 		name         string
@@ -163,7 +172,7 @@ func TestCreateContainer(t *testing.T) {
 func TestUpdateContainerKeepsGroupOff(t *testing.T) {
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
-	connectPlugin(t, dir, readShipped(t), t.TempDir())
+	connectPlugin(t, dir, readShipped(t), v2Node(t))
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
 	if _, err := rs.Create(pod, ctr); err != nil {
@@ -223,6 +232,7 @@ func fixtureNode(t *testing.T, ctrs []*api.Container, pidsPer int) string {
 			pid++
 			procs = append(procs, fmt.Sprint(pid))
 			write(fmt.Sprintf("proc/%d/oom_score_adj", pid), fmt.Sprintf("%d\n", c.Linux.OomScoreAdj.Value))
+			write(fmt.Sprintf("proc/%d/cgroup", pid), "0::/"+cg+"\n")
 		}
 		write("sys/fs/cgroup/"+cg+"/cgroup.procs", strings.Join(procs, "\n")+"\n")
 	}
@@ -405,17 +415,200 @@ func TestManyContainersConcurrently(t *testing.T) {
 	}
 }
 
+// strict = true means fail closed even when the configuration itself cannot
+// be used: containers fail to be created until a usable one comes. The
+// plugin stays connected, so that it can fail them.
 func TestStrictConfigurationFromRuntime(t *testing.T) {
-	p := New(config.Default(), t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
-	if _, err := p.Configure(context.Background(), "strict = tru", "containerd", "2.1"); err != nil {
-		t.Fatalf("an invalid runtime configuration must not fail a non-strict plugin: %v", err)
+	p := New(config.Default(), nil, t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	create := func() error { _, _, err := p.CreateContainer(context.Background(), pod, ctr); return err }
+	if _, err := p.Configure(context.Background(), "strict = tru", "containerd", "2.1"); err != nil || create() != nil {
+		t.Fatalf("an invalid runtime configuration must not fail a non-strict plugin: %v %v", err, create())
 	}
-	if _, err := p.Configure(context.Background(), "strict = true\n[[rule]]\nname='x'\noom_score_adj=1", "containerd", "2.1"); err != nil || !p.cfg.Load().Strict {
+	if _, err := p.Configure(context.Background(), "strict = true\n[[rule]]\nname='x'\noom_score_adj=1", "containerd", "2.1"); err != nil || !p.cfg.Load().Strict || create() != nil {
 		t.Fatalf("valid configuration not taken: %v", err)
 	}
-	if _, err := p.Configure(context.Background(), "[[rule]]\nname='x'\noom_score_adj=5000", "containerd", "2.1"); err == nil {
-		t.Fatal("strict: an invalid configuration must fail Configure")
+	if _, err := p.Configure(context.Background(), "[[rule]]\nname='x'\noom_score_adj=5000", "containerd", "2.1"); err != nil {
+		t.Fatalf("Configure must keep the connection: %v", err)
 	}
+	if err := create(); err == nil || !strings.Contains(err.Error(), "oom_score_adj 5000") {
+		t.Fatalf("strict: with an unusable configuration creation must fail, naming why: %v", err)
+	}
+	if _, err := p.Configure(context.Background(), "[[rule]]\nname='x'\noom_score_adj=1", "containerd", "2.1"); err != nil || create() != nil {
+		t.Fatalf("a usable configuration must end the failing: %v %v", err, create())
+	}
+	// A broken file that says strict = true, at start or from the runtime.
+	broken := &config.LoadError{Op: "parse", Path: "/etc/oomguard/config.toml", Strict: true, Err: errors.New("log.level \"loud\"")}
+	p = New(config.Default(), broken, t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
+	if err := create(); err == nil || !strings.Contains(err.Error(), "loud") {
+		t.Fatalf("strict file that does not validate: creation must fail: %v", err)
+	}
+	p = New(config.Default(), nil, t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
+	p.Configure(context.Background(), "strict = true\n[log]\nlevel = 'loud'", "containerd", "2.1")
+	if err := create(); err == nil {
+		t.Fatal("strict runtime configuration that does not validate: creation must fail")
+	}
+}
+
+// Through the real adaptation: a strict, unusable configuration fails the
+// container's creation at the runtime.
+func TestStrictUnusableFailsCreation(t *testing.T) {
+	dir := nriDir(t)
+	rs := startRuntime(t, dir, nil, nil)
+	tp := connectPlugin(t, dir, readShipped(t), v2Node(t))
+	tp.p.Configure(context.Background(), "strict = true\nverify_interval = 'x'", "containerd", "2.1")
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	if _, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")); err == nil {
+		t.Fatal("the runtime created the container")
+	}
+}
+
+// On a node whose memory controller is on cgroup v1 (or hybrid) the plugin
+// never sends memory.oom.group: runc refuses unified resources there, and
+// the container would fail to start.
+func TestCgroupV1NodeGetsNoGroup(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "sys/fs/cgroup/memory"), 0o755)
+	os.MkdirAll(filepath.Join(root, "sys/fs/cgroup/unified"), 0o755)
+	os.WriteFile(filepath.Join(root, "sys/fs/cgroup/unified/cgroup.controllers"), nil, 0o644)
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	running := nriruntime.KubeletContainer(pod, "running", -997, "/sbin/init")
+	dir := nriDir(t)
+	rs := startRuntime(t, dir, []*api.PodSandbox{pod}, []*api.Container{running})
+	tp := connectPlugin(t, dir, readShipped(t), root)
+	if u := rs.LastSync(); len(u) != 0 {
+		t.Fatalf("Synchronize asked for updates on cgroup v1: %v", u)
+	}
+	rsp, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if score, group := adjusted(rsp); score != "900" || group != "untouched" {
+		t.Fatalf("adjusted score %s group %s, want 900 and no group", score, group)
+	}
+	if !strings.Contains(tp.logs.String(), `oom_group="unsupported (cgroup hybrid node)"`) {
+		t.Fatalf("the group must be reported unsupported:\n%s", tp.logs.String())
+	}
+	urs, err := rs.Update(pod, running, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 1 << 30}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range urs.GetUpdate() {
+		if _, ok := u.GetLinux().GetResources().GetUnified()["memory.oom.group"]; ok {
+			t.Fatalf("update carries memory.oom.group on cgroup v1: %v", u)
+		}
+	}
+}
+
+// A container whose cgroup is not one container's own — the root, kubepods,
+// a pod's cgroup, an escape with "..", pid 1 with no path — is refused: no
+// process outside a container gets a score, no cgroup above one a group flag.
+func TestContainment(t *testing.T) {
+	root := v2Node(t)
+	write := func(p, c string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	// The host: init and sshd, a pod with one container of its own.
+	write("proc/1/cgroup", "0::/init.scope\n")
+	write("proc/1/oom_score_adj", "0\n")
+	write("proc/400/cgroup", "0::/system.slice/sshd.service\n")
+	write("proc/400/oom_score_adj", "-1000\n")
+	write("proc/500/cgroup", "0::/kubepods.slice/kubepods-podx.slice/cri-containerd-other.scope\n")
+	write("proc/500/oom_score_adj", "-997\n")
+	for _, cg := range []string{"", "/init.scope", "/system.slice", "/system.slice/sshd.service", "/kubepods.slice", "/kubepods.slice/kubepods-podx.slice", "/kubepods.slice/kubepods-podx.slice/cri-containerd-other.scope"} {
+		write("sys/fs/cgroup"+cg+"/memory.oom.group", "1\n")
+	}
+	write("sys/fs/cgroup/cgroup.procs", "1\n")
+	write("sys/fs/cgroup/init.scope/cgroup.procs", "1\n")
+	write("sys/fs/cgroup/system.slice/sshd.service/cgroup.procs", "400\n")
+	write("sys/fs/cgroup/kubepods.slice/kubepods-podx.slice/cri-containerd-other.scope/cgroup.procs", "500\n")
+
+	pod := nriruntime.KubeletPod("x", "ml", "guaranteed", "runc", nil)
+	var ctrs []*api.Container
+	for i, path := range []string{"/", "..", "../../..", "kubepods.slice", "/kubepods.slice/kubepods-podx.slice", "system.slice:sshd:service", ""} {
+		c := nriruntime.KubeletContainer(pod, fmt.Sprintf("c%d", i), -997, "/sbin/init")
+		c.Linux.CgroupsPath = path
+		if path == "" {
+			c.Pid = 1
+		}
+		ctrs = append(ctrs, c)
+	}
+	dir := nriDir(t)
+	startRuntime(t, dir, []*api.PodSandbox{pod}, ctrs)
+	tp := connectPlugin(t, dir, readShipped(t), root)
+	for _, c := range ctrs {
+		tp.p.PostStartContainer(context.Background(), pod, c)
+	}
+	tp.p.verifyAll()
+	for pid, want := range map[int]string{1: "0\n", 400: "-1000\n", 500: "-997\n"} {
+		if b, _ := os.ReadFile(filepath.Join(root, "proc", fmt.Sprint(pid), "oom_score_adj")); string(b) != want {
+			t.Errorf("pid %d outside the containers got oom_score_adj %q", pid, b)
+		}
+	}
+	for _, cg := range []string{"", "/init.scope", "/system.slice/sshd.service", "/kubepods.slice", "/kubepods.slice/kubepods-podx.slice", "/kubepods.slice/kubepods-podx.slice/cri-containerd-other.scope"} {
+		if b, _ := os.ReadFile(filepath.Join(root, "sys/fs/cgroup", cg, "memory.oom.group")); string(b) != "1\n" {
+			t.Errorf("cgroup %q outside the containers got memory.oom.group %q", cg, b)
+		}
+	}
+	if n := counted(t, tp.p.m, "oomguard_refused_writes_total"); n < float64(len(ctrs)) {
+		t.Errorf("%v refusals counted, want one for each of %d containers at least", n, len(ctrs))
+	}
+	if !strings.Contains(tp.logs.String(), "refusing to write outside a container") {
+		t.Error("refusals not logged")
+	}
+}
+
+// PostStartContainer and the verifier work on the same guards at once: the
+// race detector (make test runs this package under -race) must find nothing.
+func TestVerifierAndStartRace(t *testing.T) {
+	var ctrs []*api.Container
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	for i := range 8 {
+		ctrs = append(ctrs, nriruntime.KubeletContainer(pod, fmt.Sprintf("c%d", i), -997, "/sbin/init"))
+	}
+	root := fixtureNode(t, ctrs, 2)
+	dir := nriDir(t)
+	startRuntime(t, dir, []*api.PodSandbox{pod}, ctrs)
+	tp := connectPlugin(t, dir, readShipped(t), root)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				tp.p.verifyAll()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				c := nriruntime.KubeletContainer(pod, fmt.Sprintf("c%d", i%len(ctrs)), -997, "/sbin/init")
+				c.Pid = uint32(1001 + i%16)
+				tp.p.PostStartContainer(context.Background(), pod, c)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// counted sums a counter vector's values in the plugin's registry.
+func counted(t *testing.T, m *Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, x := range mf.GetMetric() {
+				sum += x.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 func mustResolve(t *testing.T, p string) string {

@@ -21,6 +21,7 @@ type Metrics struct {
 	rejections   prometheus.Counter
 	drift        *prometheus.CounterVec
 	errors       *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
 	oomKills     prometheus.Counter
 	syncDuration prometheus.Gauge
 	connected    prometheus.Gauge
@@ -41,6 +42,8 @@ func NewMetrics() *Metrics {
 			Help: "Values found changed after creation and set again, by setting."}, []string{"setting"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_errors_total",
 			Help: "Failures, each logged, by phase."}, []string{"phase"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_refused_writes_total",
+			Help: "Writes refused because the cgroup or process was not one container's own, by phase."}, []string{"phase"}),
 		oomKills: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_guarded_oom_kills_total",
 			Help: "OOM kills the kernel reported in guarded containers (memory.events oom_kill)."}),
 		syncDuration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_synchronize_duration_seconds",
@@ -48,7 +51,7 @@ func NewMetrics() *Metrics {
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_nri_connected",
 			Help: "1 while connected to the runtime's NRI."}),
 	}
-	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.oomKills, m.syncDuration, m.connected)
+	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration, m.connected)
 	return m
 }
 

@@ -30,34 +30,47 @@ import (
 // drift. Its handlers fail open: an error is logged and counted, and the
 // container is created unadjusted, unless the configuration is strict.
 type Plugin struct {
-	cfg  atomic.Pointer[config.Config]
-	root string
-	mode kernel.Mode
-	log  *slog.Logger
-	m    *Metrics
+	cfg      atomic.Pointer[config.Config]
+	unusable atomic.Pointer[error] // a strict configuration that cannot be used: fail closed
+	runtime  atomic.Value          // string: the runtime connected, a facts.Runtime name
+	root     string
+	mode     kernel.Mode
+	log      *slog.Logger
+	m        *Metrics
 
 	mu      sync.Mutex
 	guarded map[string]*guard // by container ID
 }
 
-// guard is a container the policy changed, and what it must keep.
+// guard is a container the policy changed, and what it must keep. Its
+// fields below mu are changed by PostStartContainer and the verifier at
+// once, and are only touched under the plugin's lock.
 type guard struct {
 	id, namespace, pod, name string
 	cgroupsPath              string // from the OCI spec
-	pid                      uint32
 	rule                     string
 	score                    *int
 	group                    *bool
-	seen                     time.Time
-	oomKills                 uint64
-	missing                  int // verifications that found no cgroup
+
+	// under Plugin.mu
+	pid      uint32
+	oomKills uint64
+	missing  int // verifications that found no cgroup
 }
 
 // New makes a plugin with cfg until the runtime passes another; root is the
-// host's filesystem root holding /proc and /sys.
-func New(cfg *config.Config, root string, log *slog.Logger, m *Metrics) *Plugin {
+// host's filesystem root holding /proc and /sys. cfgErr is why the
+// configuration could not be read, if it could not: when that file asked for
+// strict mode, the plugin fails every container's creation until the runtime
+// passes a usable configuration.
+func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Metrics) *Plugin {
 	p := &Plugin{root: root, mode: kernel.DetectMode(root), log: log, m: m, guarded: map[string]*guard{}}
 	p.cfg.Store(cfg)
+	p.runtime.Store(facts.RuntimeUnknown)
+	var le *config.LoadError
+	if errors.As(cfgErr, &le) && le.Strict {
+		p.unusable.Store(&cfgErr)
+	}
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
 		Help: "Containers whose values oomguard keeps."}, func() float64 {
 		p.mu.Lock()
@@ -68,19 +81,26 @@ func New(cfg *config.Config, root string, log *slog.Logger, m *Metrics) *Plugin 
 }
 
 // Configure takes the runtime's plugin configuration (/etc/nri/conf.d), when
-// it has one, as the oomguard TOML configuration.
+// it has one, as the oomguard TOML configuration. A configuration that does
+// not validate is not taken; if it (or the one in force) asks for strict
+// mode, containers fail to be created until a usable one comes.
 func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) (api.EventMask, error) {
+	p.runtime.Store(facts.RuntimeNamed(runtime))
 	p.log.Info("connected to runtime", "runtime", runtime, "version", version, "cgroup", p.mode.String())
 	if cfgText != "" {
 		c, err := config.Parse([]byte(cfgText))
 		if err != nil {
 			p.m.errors.WithLabelValues("configure").Inc()
-			p.log.Error("configuration from the runtime is invalid; keeping the current one", "err", err)
-			if p.cfg.Load().Strict {
-				return 0, err
+			err = fmt.Errorf("configuration from the runtime: %w", err)
+			if p.cfg.Load().Strict || config.StrictIn([]byte(cfgText)) {
+				p.log.Error("configuration is unusable; strict mode: every container's creation fails until it is fixed", "err", err)
+				p.unusable.Store(&err)
+				return 0, nil
 			}
+			p.log.Error("configuration from the runtime is invalid; keeping the current one", "err", err)
 		} else {
 			p.cfg.Store(c)
+			p.unusable.Store(nil)
 		}
 	}
 	return 0, nil // subscribe to every event the plugin implements
@@ -107,23 +127,25 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		}
 		g := newGuard(pod, ctr, dec)
 		fresh[g.id] = g
-		if g.group != nil {
+		c, err := p.container(g, "synchronize")
+		if err != nil {
+			continue
+		}
+		if g.group != nil && p.mode == kernel.ModeV2 {
 			u := &api.ContainerUpdate{}
 			u.SetContainerId(g.id)
 			u.AddLinuxUnified(facts.UnifiedOOMGroup, kernel.GroupValue(*g.group))
 			u.SetIgnoreFailure()
 			updates = append(updates, u)
 			p.m.adjustments.WithLabelValues("oom_group", "synchronize").Inc()
-		}
-		// Also at once: the runtime applies the update only after this reply.
-		if cg, err := p.cgroup(g); err == nil {
-			if _, _, err := p.enforceGroup(g, cg, "synchronize"); err != nil && !kernel.IsGone(err) {
+			// Also at once: the runtime applies the update only after this reply.
+			if _, _, err := p.enforceGroup(g, c, "synchronize"); err != nil && !kernel.IsGone(err) {
 				p.m.errors.WithLabelValues("synchronize").Inc()
-				p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", cg, "err", err)
+				p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", c.Cgroup(), "err", err)
 			}
 		}
 		if g.score != nil {
-			if n := p.enforceScore(g, "synchronize"); n > 0 {
+			if n := p.enforceScore(g, c, "synchronize"); n > 0 {
 				p.log.Info("existing container fixed", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
 			}
 		}
@@ -142,6 +164,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 // runtime applies it before any of the container's processes runs.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, upd []*api.ContainerUpdate, err error) {
 	defer p.failOpen("create", &err)
+	if e := p.unusable.Load(); e != nil {
+		return nil, nil, *e
+	}
 	dec := p.decide("create", pod, ctr)
 	if !dec.Changes() {
 		return nil, nil, nil
@@ -152,7 +177,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		adj.SetLinuxOomScoreAdj(&v)
 		p.m.adjustments.WithLabelValues("oom_score_adj", "create").Inc()
 	}
-	if dec.OOMGroup != nil {
+	// Never a setting the node cannot apply: runc refuses unified resources on cgroup v1.
+	if dec.OOMGroup != nil && p.mode == kernel.ModeV2 {
 		adj.AddLinuxUnified(facts.UnifiedOOMGroup, kernel.GroupValue(*dec.OOMGroup))
 		p.m.adjustments.WithLabelValues("oom_group", "create").Inc()
 	}
@@ -186,7 +212,7 @@ func (p *Plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	p.mu.Lock()
 	g := p.guarded[ctr.GetId()]
 	p.mu.Unlock()
-	if g == nil || g.group == nil {
+	if g == nil || g.group == nil || p.mode != kernel.ModeV2 {
 		return nil, nil
 	}
 	want := kernel.GroupValue(*g.group)
@@ -224,7 +250,7 @@ func (p *Plugin) failOpen(phase string, err *error) {
 		return
 	}
 	p.m.errors.WithLabelValues(phase).Inc()
-	if p.cfg.Load().Strict {
+	if p.cfg.Load().Strict || p.unusable.Load() != nil {
 		p.log.Error(phase+" failed; strict mode: failing the request", "err", *err)
 		return
 	}
@@ -235,7 +261,7 @@ func (p *Plugin) failOpen(phase string, err *error) {
 // decide runs the policy on what NRI tells about the container, and logs
 // and counts the decision.
 func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) config.Decision {
-	f := nrifacts.FromNRI(pod, ctr)
+	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
 	dec := p.cfg.Load().Decide(&f)
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()
@@ -248,7 +274,7 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) c
 	p.m.decisions.WithLabelValues(dec.Rule).Inc()
 	p.log.Info("decision", "phase", phase, "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", dec.Rule,
 		"oom_score_adj", change(f.OOMScoreAdj, dec.OOMScoreAdj, strconv.Itoa),
-		"oom_group", change(f.OOMGroup, dec.OOMGroup, kernel.GroupValue), "reasons", dec.Reasons)
+		"oom_group", p.groupChange(f.OOMGroup, dec.OOMGroup), "reasons", dec.Reasons)
 	return dec
 }
 
@@ -256,38 +282,56 @@ func newGuard(pod *api.PodSandbox, ctr *api.Container, dec config.Decision) *gua
 	return &guard{
 		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
 		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), rule: dec.Rule,
-		score: dec.OOMScoreAdj, group: dec.OOMGroup, seen: time.Now(),
+		score: dec.OOMScoreAdj, group: dec.OOMGroup,
 	}
 }
 
-// cgroup finds the container's cgroup: from its spec, which names it as the
-// host sees it, else from its pid (whose /proc/PID/cgroup a cgroup namespace
-// may show relative).
-func (p *Plugin) cgroup(g *guard) (string, error) {
-	if g.cgroupsPath != "" {
-		return kernel.ResolveCgroupsPath(g.cgroupsPath)
+// container is the container's own cgroup, checked to be one container's:
+// the one its spec names, as the host sees it, else its init's. A path
+// outside every container is refused, logged and counted.
+func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
+	p.mu.Lock()
+	pid := g.pid
+	p.mu.Unlock()
+	var cg string
+	var err error
+	switch {
+	case g.cgroupsPath != "":
+		cg, err = kernel.ResolveCgroupsPath(g.cgroupsPath)
+	case pid != 0 && kernel.CgroupNSDepth(p.root, p.mode) == 0:
+		cg, err = kernel.ProcCgroup(p.root, p.mode, int(pid))
+	default:
+		return nil, errors.New("no cgroupsPath, and no pid whose cgroup the host's namespace shows")
 	}
-	if g.pid != 0 {
-		return kernel.ProcCgroup(p.root, p.mode, int(g.pid))
+	if err != nil {
+		return nil, err
 	}
-	return "", errors.New("no cgroupsPath and no pid")
+	c, err := enforce.Contain(p.root, p.mode, cg, p.cfg.Load().Containment.CgroupParents)
+	if err != nil {
+		p.m.refusals.WithLabelValues(phase).Inc()
+		p.log.Warn("refusing to write outside a container", "pod", g.namespace+"/"+g.pod, "container", g.name, "phase", phase, "err", err)
+	}
+	return c, err
 }
 
 // enforceScore writes the decided score to every process of the container
 // that does not have it, and returns how many it changed.
-func (p *Plugin) enforceScore(g *guard, phase string) int {
-	cg, err := p.cgroup(g)
-	if err != nil {
-		p.log.Debug("no cgroup to fix scores in", "container", g.name, "err", err)
-		return 0
-	}
-	changed, errs := enforce.Scores(p.root, p.mode, cg, *g.score)
+func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) int {
+	changed, errs := c.Scores(*g.score)
 	for _, err := range errs {
 		p.m.errors.WithLabelValues(phase).Inc()
-		p.log.Warn("setting oom_score_adj failed", "container", g.name, "cgroup", cg, "err", err)
+		p.log.Warn("setting oom_score_adj failed", "container", g.name, "cgroup", c.Cgroup(), "err", err)
 	}
 	p.m.adjustments.WithLabelValues("oom_score_adj", phase).Add(float64(changed))
 	return changed
+}
+
+// groupChange says what the decision does to memory.oom.group, for the log.
+func (p *Plugin) groupChange(old, new *bool) string {
+	if new != nil && p.mode != kernel.ModeV2 {
+		return "unsupported (cgroup " + p.mode.String() + " node)"
+	}
+	return change(old, new, kernel.GroupValue)
 }
 
 func change[T any](old, new *T, format func(T) string) string {

@@ -2,6 +2,7 @@ package nriplugin
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/oomguard/oomguard/enforce"
@@ -42,9 +43,12 @@ func (p *Plugin) verifyAll() {
 // verify corrects one container's group flag and scores, and counts the OOM
 // kills the kernel reports in its cgroup.
 func (p *Plugin) verify(g *guard, phase string) {
-	cg, err := p.cgroup(g)
+	c, err := p.container(g, phase)
+	if errors.Is(err, enforce.ErrNotContained) {
+		return
+	}
 	if err == nil && p.mode == kernel.ModeV2 {
-		err = p.verifyGroup(g, cg, phase)
+		err = p.verifyGroup(g, c, phase)
 	}
 	if kernel.IsGone(err) {
 		// Not started yet, or gone without a RemoveContainer we saw.
@@ -58,25 +62,31 @@ func (p *Plugin) verify(g *guard, phase string) {
 	if err != nil {
 		p.m.errors.WithLabelValues(phase).Inc()
 		p.log.Warn("verifying container failed", "pod", g.namespace+"/"+g.pod, "container", g.name, "err", err)
+		return
 	}
+	p.mu.Lock()
 	g.missing = 0
+	p.mu.Unlock()
 	if g.score != nil {
-		if n := p.enforceScore(g, phase); n > 0 && phase == "verify" {
+		if n := p.enforceScore(g, c, phase); n > 0 && phase == "verify" {
 			p.m.drift.WithLabelValues("oom_score_adj").Add(float64(n))
 			p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
 		}
 	}
 }
 
-func (p *Plugin) verifyGroup(g *guard, cg, phase string) error {
-	if ev, err := kernel.ReadMemoryEvents(p.root, p.mode, cg); err == nil {
-		if k := ev["oom_kill"]; k > g.oomKills {
-			p.m.oomKills.Add(float64(k - g.oomKills))
-			p.log.Warn("OOM kill in guarded container", "pod", g.namespace+"/"+g.pod, "container", g.name, "kills", k-g.oomKills)
-			g.oomKills = k
+func (p *Plugin) verifyGroup(g *guard, c *enforce.Container, phase string) error {
+	if ev, err := kernel.ReadMemoryEvents(p.root, p.mode, c.Cgroup()); err == nil {
+		p.mu.Lock()
+		kills := ev["oom_kill"] - min(g.oomKills, ev["oom_kill"])
+		g.oomKills = max(g.oomKills, ev["oom_kill"])
+		p.mu.Unlock()
+		if kills > 0 {
+			p.m.oomKills.Add(float64(kills))
+			p.log.Warn("OOM kill in guarded container", "pod", g.namespace+"/"+g.pod, "container", g.name, "kills", kills)
 		}
 	}
-	changed, old, err := p.enforceGroup(g, cg, phase)
+	changed, old, err := p.enforceGroup(g, c, phase)
 	if err != nil || !changed {
 		return err
 	}
@@ -87,11 +97,11 @@ func (p *Plugin) verifyGroup(g *guard, cg, phase string) error {
 
 // enforceGroup writes the decided memory.oom.group when the cgroup holds
 // another value, and says whether it did and what was there.
-func (p *Plugin) enforceGroup(g *guard, cg, phase string) (changed, old bool, err error) {
+func (p *Plugin) enforceGroup(g *guard, c *enforce.Container, phase string) (changed, old bool, err error) {
 	if g.group == nil || p.mode != kernel.ModeV2 {
 		return false, false, nil
 	}
-	old, changed, err = enforce.Group(p.root, p.mode, cg, *g.group)
+	old, changed, err = c.Group(*g.group)
 	if changed {
 		p.m.adjustments.WithLabelValues("oom_group", phase).Inc()
 	}

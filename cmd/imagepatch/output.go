@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/internal/escape"
 )
 
 // patch plans or applies srcs, shows progress on a terminal, reports the
@@ -85,7 +86,8 @@ func summary(w io.Writer, results []imagepatch.Result, plan bool) {
 		if len(digest) > 19 {
 			digest = digest[:19]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Source, r.Destination, action, digest, note)
+		// A registry's errors are its own text: escaped, as names from a file are.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", escape.Terminal(r.Source), escape.Terminal(r.Destination), action, escape.Terminal(digest), escape.Terminal(note))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d tags: %d push, %d unchanged, %d skipped, %d refused, %d failed\n", len(results),

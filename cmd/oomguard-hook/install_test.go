@@ -32,8 +32,9 @@ func TestInstall(t *testing.T) {
 	var f struct {
 		Version string `json:"version"`
 		Hook    struct {
-			Path string   `json:"path"`
-			Args []string `json:"args"`
+			Path    string   `json:"path"`
+			Args    []string `json:"args"`
+			Timeout int      `json:"timeout"`
 		} `json:"hook"`
 		When   map[string]any `json:"when"`
 		Stages []string       `json:"stages"`
@@ -41,7 +42,7 @@ func TestInstall(t *testing.T) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
-	if f.Version != "1.0.0" || f.Hook.Path != "/usr/local/bin/oomguard-hook" || f.When["always"] != true ||
+	if f.Version != "1.0.0" || f.Hook.Path != "/usr/local/bin/oomguard-hook" || f.When["always"] != true || f.Hook.Timeout != 10 ||
 		len(f.Stages) != 1 || f.Stages[0] != "createRuntime" ||
 		strings.Join(f.Hook.Args, " ") != "oomguard-hook --config /etc/oomguard/config.toml" {
 		t.Fatalf("hooks.d file: %s", data)

@@ -52,6 +52,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Strict, "strict", false, "fail closed: exit non-zero on any error (also strict = true in the config)")
 	fs.StringVar(&o.Root, "root", "/", "host filesystem root holding /proc and /sys")
 	fs.StringVar(&o.LogFile, "log-file", "", "log destination overriding the config's log.file: a path, syslog or stderr")
+	fs.DurationVar(&o.Deadline, "deadline", hook.DefaultDeadline, "give up on the container (leave it as it is) after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

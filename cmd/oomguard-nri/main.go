@@ -63,17 +63,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "oomguard-nri: unexpected argument %q; run 'oomguard-nri help'\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := config.Find(*cfgPath)
-	switch {
-	case err != nil:
+	cfg, cfgErr := config.Find(*cfgPath)
+	if cfgErr != nil {
 		cfg = config.Default()
-		err = fmt.Errorf("%w; running with no rules until the runtime passes a configuration", err)
-	case cfg.Missing:
-		err = fmt.Errorf("no configuration at %s; running with no rules until the runtime passes a configuration", config.DefaultPath)
 	}
 	log := logging.New(cfg.Log, stderr).With("component", "oomguard-nri")
-	if err != nil {
-		log.Warn("configuration", "err", err)
+	switch {
+	case cfgErr != nil:
+		log.Warn("configuration unusable; running with no rules until the runtime passes a configuration", "err", cfgErr)
+	case cfg.Missing:
+		log.Warn("no configuration; running with no rules until the runtime passes one", "path", config.DefaultPath)
 	}
 	if *socket != "" {
 		cfg.NRI.Socket = *socket
@@ -90,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	p := nriplugin.New(cfg, *root, log, m)
+	p := nriplugin.New(cfg, cfgErr, *root, log, m)
 	if err := p.Serve(ctx, cfg.NRI, os.Getenv("NRI_PLUGIN_SOCKET") != ""); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

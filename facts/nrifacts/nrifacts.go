@@ -12,14 +12,19 @@ import (
 	"github.com/oomguard/oomguard/facts"
 )
 
-// FromNRI gathers the facts from the pod and container NRI sends a plugin.
-func FromNRI(pod *api.PodSandbox, ctr *api.Container) config.Facts {
+// FromNRI gathers the facts from the pod and container NRI sends a plugin
+// connected to runtime (one of the facts.Runtime names). The identity is
+// NRI's own fields, which the runtime fills from kubelet's request; the image,
+// which NRI before v0.11 does not carry, comes from the key the runtime
+// writes itself.
+func FromNRI(pod *api.PodSandbox, ctr *api.Container, runtime string) config.Facts {
 	ann := maps.Clone(pod.GetAnnotations())
 	if ann == nil {
 		ann = map[string]string{}
 	}
 	maps.Copy(ann, ctr.GetAnnotations())
 	f := config.Facts{
+		Runtime:        runtime,
 		Namespace:      pod.GetNamespace(),
 		Pod:            pod.GetName(),
 		Container:      ctr.GetName(),
@@ -30,7 +35,7 @@ func FromNRI(pod *api.PodSandbox, ctr *api.Container) config.Facts {
 		Args:           ctr.GetArgs(),
 	}
 	if f.Image == "" {
-		f.Image = ann["io.kubernetes.cri.image-name"]
+		f.Image = facts.Image(runtime, ctr.GetAnnotations())
 	}
 	lin := ctr.GetLinux()
 	if v := lin.GetOomScoreAdj(); v != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Mode is the cgroup layout of a host.
@@ -71,7 +72,7 @@ func MemoryCgroupDir(root string, mode Mode, cg string) string {
 // memory controller: the "0::" line on v2, the "memory" line on v1 and hybrid.
 func ProcCgroup(root string, mode Mode, pid int) (string, error) {
 	p := procPath(root, pid, "cgroup")
-	b, err := os.ReadFile(p)
+	b, err := readFile(p, maxSmall)
 	if err != nil {
 		return "", err
 	}
@@ -202,7 +203,7 @@ func WriteOOMGroup(root string, mode Mode, cg string, on bool) error {
 	}
 	p := filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.oom.group")
 	v := GroupValue(on) + "\n"
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", p, err)
 	}
@@ -262,7 +263,7 @@ func CgroupPids(root string, mode Mode, cg string) ([]int, error) {
 		if !d.IsDir() {
 			return nil
 		}
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		b, err := readFile(filepath.Join(p, "cgroup.procs"), maxTable)
 		if err != nil {
 			if p != dir && errors.Is(err, os.ErrNotExist) {
 				return nil
@@ -293,7 +294,7 @@ func ReadMemoryEvents(root string, mode Mode, cg string) (map[string]uint64, err
 	if mode != ModeV2 {
 		return nil, fmt.Errorf("memory.events on cgroup %s host: %w", mode, ErrUnsupported)
 	}
-	b, err := os.ReadFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.events"))
+	b, err := readFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.events"), maxSmall)
 	if err != nil {
 		return nil, err
 	}

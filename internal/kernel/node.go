@@ -3,6 +3,7 @@ package kernel
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,6 +47,10 @@ func (r *ProcReader) file(pid int, name string) ([]byte, error) {
 		return nil, &os.PathError{Op: "open", Path: p(), Err: err}
 	}
 	defer syscall.Close(fd)
+	limit := maxSmall
+	if name == "cmdline" {
+		limit = maxCmdline
+	}
 	n := 0
 	for {
 		m, err := syscall.Read(fd, r.buf[n:])
@@ -56,6 +61,14 @@ func (r *ProcReader) file(pid int, name string) ([]byte, error) {
 			return r.buf[:n], nil
 		}
 		n += m
+		if n >= limit {
+			// A command line longer than this is cut, not dropped: the
+			// process still counts. Anything else that long is not the kernel's.
+			if name == "cmdline" {
+				return r.buf[:limit], nil
+			}
+			return nil, &os.PathError{Op: "read", Path: p(), Err: fmt.Errorf("over %d bytes", limit)}
+		}
 		if n == len(r.buf) {
 			r.buf = append(r.buf, make([]byte, len(r.buf))...)
 		}
@@ -79,7 +92,7 @@ func (r *ProcReader) int(pid int, name string) (int, error) {
 func openat(path []byte) (int, error) {
 	dirfd := -100 // AT_FDCWD
 	fd, _, e := syscall.Syscall6(syscall.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])),
-		uintptr(syscall.O_RDONLY|syscall.O_CLOEXEC), 0, 0, 0)
+		uintptr(syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC), 0, 0, 0)
 	if e != 0 {
 		return -1, e
 	}
@@ -94,20 +107,8 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 	if err != nil {
 		return p, err
 	}
-	// pid (comm) state ppid pgrp session tty tpgid flags …: comm may hold
-	// spaces and parentheses.
-	open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || closing < open {
-		return p, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	p.Comm = string(stat[open+1 : closing])
-	fields := statFields(stat[closing+1:])
-	if fields[1] == nil {
-		return p, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	p.PPid, _ = parseInt(fields[1])
-	if flags, ok := parseInt(fields[6]); ok {
-		p.Kernel = flags&0x00200000 != 0 // PF_KTHREAD
+	if p.Comm, p.PPid, p.Kernel, err = parseStat(stat); err != nil {
+		return p, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
 	}
 	cmd, err := r.file(pid, "cmdline")
 	if err != nil {
@@ -126,6 +127,25 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 		p.Cgroup, _ = cgroupLineBytes(cg, r.mode)
 	}
 	return p, nil
+}
+
+// parseStat reads comm, ppid and whether the task is a kernel thread from
+// /proc/PID/stat: "pid (comm) state ppid pgrp session tty tpgid flags …",
+// where comm may hold spaces and parentheses.
+func parseStat(stat []byte) (comm string, ppid int, kthread bool, err error) {
+	open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || closing < open {
+		return "", 0, false, errors.New("no (comm)")
+	}
+	fields := statFields(stat[closing+1:])
+	if fields[1] == nil {
+		return "", 0, false, errors.New("no ppid")
+	}
+	ppid, _ = parseInt(fields[1])
+	if flags, ok := parseInt(fields[6]); ok {
+		kthread = flags&0x00200000 != 0 // PF_KTHREAD
+	}
+	return string(stat[open+1 : closing]), ppid, kthread, nil
 }
 
 // statFields returns the first seven space-separated fields after comm:
@@ -171,7 +191,7 @@ func parseInt(b []byte) (int, bool) {
 
 // ReadSysctl returns /proc/sys/NAME (dots or slashes) trimmed.
 func ReadSysctl(root, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "proc", "sys", strings.ReplaceAll(name, ".", "/")))
+	b, err := readFile(filepath.Join(root, "proc", "sys", strings.ReplaceAll(name, ".", "/")), maxSmall)
 	if err != nil {
 		return "", err
 	}
@@ -181,10 +201,14 @@ func ReadSysctl(root, name string) (string, error) {
 // CmdlineParams parses /proc/cmdline into its parameters, in order; a
 // parameter may repeat (console= often does).
 func CmdlineParams(root string) ([][2]string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "proc", "cmdline"))
+	b, err := readFile(filepath.Join(root, "proc", "cmdline"), maxSmall)
 	if err != nil {
 		return nil, err
 	}
+	return parseCmdlineParams(b)
+}
+
+func parseCmdlineParams(b []byte) ([][2]string, error) {
 	var out [][2]string
 	for _, f := range strings.Fields(string(b)) {
 		k, v, _ := strings.Cut(f, "=")
@@ -202,13 +226,16 @@ type Console struct {
 
 // Consoles reads /proc/consoles.
 func Consoles(root string) ([]Console, error) {
-	f, err := os.Open(filepath.Join(root, "proc", "consoles"))
+	b, err := readFile(filepath.Join(root, "proc", "consoles"), maxSmall)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	return parseConsoles(b)
+}
+
+func parseConsoles(b []byte) ([]Console, error) {
 	var out []Console
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		line := sc.Text()
 		fields := strings.Fields(line)
@@ -238,13 +265,16 @@ func (c CPUTimes) Total() uint64 {
 
 // ReadCPUTimes parses a /proc/stat-format file under root (proc/stat normally).
 func ReadCPUTimes(root, file string) ([]CPUTimes, error) {
-	f, err := os.Open(filepath.Join(root, file))
+	b, err := readFile(filepath.Join(root, file), maxTable)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	return parseCPUTimes(b)
+}
+
+func parseCPUTimes(b []byte) ([]CPUTimes, error) {
 	var out []CPUTimes
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 9 || !strings.HasPrefix(fields[0], "cpu") {
@@ -252,10 +282,11 @@ func ReadCPUTimes(root, file string) ([]CPUTimes, error) {
 		}
 		c := CPUTimes{CPU: -1}
 		if fields[0] != "cpu" {
-			c.CPU, err = strconv.Atoi(fields[0][3:])
-			if err != nil {
+			n, err := strconv.Atoi(fields[0][3:])
+			if err != nil || n < 0 || n >= MaxCPUs {
 				continue
 			}
+			c.CPU = n
 		}
 		v := make([]uint64, 8)
 		for i := range v {
@@ -277,19 +308,22 @@ type Interrupt struct {
 
 // Interrupts reads /proc/interrupts.
 func Interrupts(root string) ([]Interrupt, error) {
-	f, err := os.Open(filepath.Join(root, "proc", "interrupts"))
+	b, err := readFile(filepath.Join(root, "proc", "interrupts"), maxTable)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	return parseInterrupts(b)
+}
+
+func parseInterrupts(b []byte) ([]Interrupt, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	ncpu := 0
 	var out []Interrupt
 	for sc.Scan() {
 		line := sc.Text()
 		if ncpu == 0 {
-			ncpu = len(strings.Fields(line))
+			ncpu = min(len(strings.Fields(line)), MaxCPUs)
 			continue
 		}
 		label, rest, ok := strings.Cut(line, ":")
@@ -318,19 +352,27 @@ func Interrupts(root string) ([]Interrupt, error) {
 
 // IRQAffinity returns the CPUs an interrupt is delivered to:
 // effective_affinity_list when the kernel has it, else smp_affinity_list.
-func IRQAffinity(root string, irq int) ([]int, error) {
+// CPUs are below ncpu, the CPUs the node has.
+func IRQAffinity(root string, irq, ncpu int) ([]int, error) {
 	dir := filepath.Join(root, "proc", "irq", strconv.Itoa(irq))
-	b, err := os.ReadFile(filepath.Join(dir, "effective_affinity_list"))
+	b, err := readFile(filepath.Join(dir, "effective_affinity_list"), maxSmall)
 	if err != nil || strings.TrimSpace(string(b)) == "" {
-		if b, err = os.ReadFile(filepath.Join(dir, "smp_affinity_list")); err != nil {
+		if b, err = readFile(filepath.Join(dir, "smp_affinity_list"), maxSmall); err != nil {
 			return nil, err
 		}
 	}
-	return ParseCPUList(strings.TrimSpace(string(b)))
+	return ParseCPUList(strings.TrimSpace(string(b)), ncpu)
 }
 
-// ParseCPUList parses "0-3,8,10-11".
-func ParseCPUList(s string) ([]int, error) {
+// MaxCPUs is the most CPUs a Linux kernel supports (NR_CPUS at most).
+const MaxCPUs = 8192
+
+// ParseCPUList parses "0-3,8,10-11", each CPU below ncpu (MaxCPUs when ncpu
+// is 0), so that no list can ask for more than the CPUs there are.
+func ParseCPUList(s string, ncpu int) ([]int, error) {
+	if ncpu <= 0 || ncpu > MaxCPUs {
+		ncpu = MaxCPUs
+	}
 	var out []int
 	if s == "" {
 		return nil, nil
@@ -338,17 +380,23 @@ func ParseCPUList(s string) ([]int, error) {
 	for _, part := range strings.Split(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("cpu list %q: %w", s, err)
+		if err != nil || a < 0 {
+			return nil, &ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("bad CPU %q", lo)}
 		}
 		b := a
 		if isRange {
 			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return nil, fmt.Errorf("cpu list %q: bad range %q", s, part)
+				return nil, &ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("bad range %q", part)}
 			}
+		}
+		if b >= ncpu {
+			return nil, &ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("CPU %d, but the node has %d", b, ncpu)}
 		}
 		for c := a; c <= b; c++ {
 			out = append(out, c)
+		}
+		if len(out) > ncpu {
+			return nil, &ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("more than the node's %d CPUs", ncpu)}
 		}
 	}
 	return out, nil
@@ -359,7 +407,7 @@ func ParseCPUList(s string) ([]int, error) {
 // /proc/cgroups' count for memory less the cgroups still in the tree.
 func DyingMemcgs(root string, mode Mode) (int, error) {
 	if mode == ModeV2 {
-		b, err := os.ReadFile(filepath.Join(root, CgroupMount, "cgroup.stat"))
+		b, err := readFile(filepath.Join(root, CgroupMount, "cgroup.stat"), maxSmall)
 		if err != nil {
 			return 0, err
 		}
@@ -370,7 +418,7 @@ func DyingMemcgs(root string, mode Mode) (int, error) {
 		}
 		return 0, fmt.Errorf("no nr_dying_descendants in cgroup.stat")
 	}
-	b, err := os.ReadFile(filepath.Join(root, "proc", "cgroups"))
+	b, err := readFile(filepath.Join(root, "proc", "cgroups"), maxSmall)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // Range of /proc/PID/oom_score_adj.
@@ -41,7 +43,7 @@ func WriteOOMScoreAdj(root string, pid, value int) error {
 	}
 	p := procPath(root, pid, "oom_score_adj")
 	// O_WRONLY without O_CREATE: a vanished process must not leave a file behind in a test tree.
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", p, err)
 	}
@@ -58,7 +60,7 @@ func WriteOOMScoreAdj(root string, pid, value int) error {
 
 // Cmdline returns /proc/PID/cmdline split at NULs.
 func Cmdline(root string, pid int) ([]string, error) {
-	b, err := os.ReadFile(procPath(root, pid, "cmdline"))
+	b, err := readFile(procPath(root, pid, "cmdline"), maxCmdline)
 	if err != nil {
 		return nil, err
 	}
@@ -88,19 +90,32 @@ func ListPids(root string) ([]int, error) {
 	return pids, nil
 }
 
+// Bounds on what is read from /proc and /sys: a file there is small, unless
+// a captured tree made it otherwise.
+const (
+	maxSmall   = 64 << 10 // a number, a cgroup path, a stat line, a sysctl
+	maxCmdline = 256 << 10
+	maxTable   = 16 << 20 // /proc/interrupts, /proc/stat, cgroup.procs on a large node
+)
+
+// readFile reads a kernel file, up to limit bytes, never waiting on it: a
+// captured tree may hold a FIFO or a link to a device anywhere.
+func readFile(p string, limit int64) ([]byte, error) { return safeio.ReadFile(p, limit) }
+
 func readIntFile(p string) (int, error) {
-	b, err := os.ReadFile(p)
+	b, err := readFile(p, maxSmall)
 	if err != nil {
 		return 0, err
 	}
 	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", p, err)
+		return 0, &ParseError{Path: p, Err: err}
 	}
 	return v, nil
 }
 
-// IsGone reports whether err means the process or cgroup no longer exists.
+// IsGone reports whether err means the process or cgroup no longer exists:
+// ENODEV is what a cgroup file says once its cgroup is being removed.
 func IsGone(err error) bool {
-	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENODEV)
 }

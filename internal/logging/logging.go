@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // New returns a logger writing to w at the configured level and format.
@@ -36,7 +37,7 @@ func Open(l config.Log, tag string, fallback io.Writer) (*slog.Logger, io.Closer
 		w, err = dialSyslog(tag, syslogSockets)
 	default:
 		if err = os.MkdirAll(filepath.Dir(l.File), 0o755); err == nil {
-			w, err = os.OpenFile(l.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+			w, err = safeio.OpenAppend(l.File, 0o640)
 		}
 	}
 	if err != nil {

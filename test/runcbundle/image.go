@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -173,4 +174,55 @@ func BusyboxImage(files map[string]ImageFile, cmd []string) (v1.Image, error) {
 	cf.Config.Cmd = cmd
 	cf.Config.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	return mutate.ConfigFile(img, cf)
+}
+
+// WriteOCIArchive writes img as a tar of an OCI layout naming it ref, as
+// `ctr images import` (and containerd's client) reads it.
+func WriteOCIArchive(path, ref string, img v1.Image) error {
+	dir := path + ".layout"
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	ann := map[string]string{"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": ref}
+	if err := p.AppendImage(img, layout.WithAnnotations(ann)); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	err = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		h, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return err
+		}
+		h.Name = rel
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			src, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			_, err = io.Copy(tw, src)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }

@@ -5,6 +5,7 @@ package runcbundle
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,8 +80,21 @@ func New(dir string, args ...string) (*Bundle, error) {
 	sp.Process.Env = append(sp.Process.Env, "PATH=/bin:/sbin")
 	sp.Root.Readonly = false
 	sp.Hostname = "oomguard"
-	sp.Linux.CgroupsPath = "/oomguard-e2e/" + filepath.Base(dir)
-	return &Bundle{Dir: dir, Spec: &sp}, nil
+	b := &Bundle{Dir: dir, Spec: &sp}
+	b.SetQoS("besteffort")
+	return b, nil
+}
+
+// SetQoS puts the container in a cgroup where kubelet (cgroupfs driver) puts
+// one of a pod of that QoS class: /kubepods[/burstable|/besteffort]/pod<uid>/<name>.
+func (b *Bundle) SetQoS(qos string) {
+	sum := sha256.Sum256([]byte(b.Dir))
+	uid := fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+	parent := "/kubepods/" + qos
+	if qos == "guaranteed" {
+		parent = "/kubepods"
+	}
+	b.Spec.Linux.CgroupsPath = parent + "/pod" + uid + "/" + filepath.Base(b.Dir)
 }
 
 // Rootfs is the path of the bundle's root filesystem.

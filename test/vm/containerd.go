@@ -1,16 +1,12 @@
 package vm
 
 import (
-	"archive/tar"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"github.com/oomguard/oomguard/test/runcbundle"
 )
@@ -96,7 +92,7 @@ func WithContainerd(g *Guest, files map[string]runcbundle.ImageFile) error {
 	}
 	for name, img := range map[string]v1.Image{PauseImage: pause, WorkloadImage: work} {
 		archive := filepath.Join(g.dir, strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
-		if err := ociArchive(archive, name, img); err != nil {
+		if err := runcbundle.WriteOCIArchive(archive, name, img); err != nil {
 			return err
 		}
 		if err := g.CopyFile("/images/"+filepath.Base(archive), archive); err != nil {
@@ -104,55 +100,4 @@ func WithContainerd(g *Guest, files map[string]runcbundle.ImageFile) error {
 		}
 	}
 	return nil
-}
-
-// ociArchive writes img as a tar of an OCI layout naming it ref, as
-// `ctr images import` reads it.
-func ociArchive(path, ref string, img v1.Image) error {
-	dir := path + ".layout"
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	ann := map[string]string{"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": ref}
-	if err := p.AppendImage(img, layout.WithAnnotations(ann)); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	err = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		h, err := tar.FileInfoHeader(fi, "")
-		if err != nil {
-			return err
-		}
-		h.Name = rel
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			src, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			_, err = io.Copy(tw, src)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }

@@ -26,7 +26,7 @@ import (
 
 // Scenarios lists every scenario, in the order the demo tells them.
 func Scenarios() []Scenario {
-	return []Scenario{cgroupOOM(), globalOOM(), doctorScenario(), criCgroupOOM(), criGlobalOOM(), criLifecycle()}
+	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), criCgroupOOM(), criGlobalOOM(), criLifecycle()}
 }
 
 // Scenario is one incident, reproduced without oomguard and ended with it.

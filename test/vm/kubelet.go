@@ -31,6 +31,7 @@ const GuaranteedScore = -997
 func AsKubeletGuaranteed(b *runcbundle.Bundle, limit int64) {
 	score := GuaranteedScore
 	b.Spec.Process.OOMScoreAdj = &score
+	b.SetQoS("guaranteed")
 	if b.Spec.Linux.Resources == nil {
 		b.Spec.Linux.Resources = &specs.LinuxResources{}
 	}
@@ -88,7 +89,15 @@ func WithNRI(g *Guest, b *runcbundle.Bundle) error {
 	}
 	defer rt.Stop()
 	rt.PluginLog = g.env.Log
-	plugin, err := rt.StartPlugin(g.Bin("oomguard-nri"), "--config", filepath.Join(g.env.RepoDir, "deploy", "config.toml"))
+	// The node the plugin decides for is the VM: cgroup v2, whatever this host is.
+	node := filepath.Join(dir, "node")
+	if err := os.MkdirAll(filepath.Join(node, "sys/fs/cgroup"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(node, "sys/fs/cgroup/cgroup.controllers"), []byte("memory pids\n"), 0o644); err != nil {
+		return err
+	}
+	plugin, err := rt.StartPlugin(g.Bin("oomguard-nri"), "--config", filepath.Join(g.env.RepoDir, "deploy", "config.toml"), "--root", node)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,10 @@
 //	kubeletish resize NAME
 //	kubeletish inspect NAME [LABEL]
 //	kubeletish wait-ready
+//	kubeletish remove NAME
+//
+// CONTAINERD_ADDRESS names containerd's socket; KUBELETISH_STATE where pods
+// are recorded (/run).
 package main
 
 import (
@@ -17,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,10 +32,23 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-const (
-	socket   = "/run/containerd/containerd.sock"
-	workload = "registry.example/oomguard/workload:1"
-)
+const workload = "registry.example/oomguard/workload:1"
+
+// socket is containerd's, from $CONTAINERD_ADDRESS as ctr reads it.
+var socket = func() string {
+	if a := os.Getenv("CONTAINERD_ADDRESS"); a != "" {
+		return a
+	}
+	return "/run/containerd/containerd.sock"
+}()
+
+// state is where run records each pod's container ID, from $KUBELETISH_STATE.
+var state = func() string {
+	if d := os.Getenv("KUBELETISH_STATE"); d != "" {
+		return d
+	}
+	return "/run"
+}()
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -57,6 +75,8 @@ func run(args []string) error {
 		return inspect(ctx, args[1:])
 	case "wait-ready":
 		return waitReady(ctx)
+	case "remove":
+		return remove(ctx, args[1:])
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }
@@ -101,7 +121,7 @@ func criClient() (cri.RuntimeServiceClient, func(), error) {
 
 // podClient is a CRI client and the container ID `run NAME` recorded.
 func podClient(name string) (cri.RuntimeServiceClient, string, func(), error) {
-	id, err := os.ReadFile("/run/pod-" + name)
+	id, err := os.ReadFile(filepath.Join(state, "pod-"+name))
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -152,7 +172,7 @@ func runPod(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("RunPodSandbox: %w", err)
 	}
-	res := &cri.LinuxContainerResources{OomScoreAdj: score, Unified: map[string]string{"memory.oom.group": "1"}}
+	res := &cri.LinuxContainerResources{OomScoreAdj: score, Unified: groupKill()}
 	if *limit > 0 {
 		res.MemoryLimitInBytes = *limit
 	}
@@ -173,7 +193,10 @@ func runPod(ctx context.Context, args []string) error {
 	if _, err := rs.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
 		return fmt.Errorf("StartContainer: %w", err)
 	}
-	if err := os.WriteFile("/run/pod-"+name, []byte(ctr.ContainerId), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(state, "pod-"+name), []byte(ctr.ContainerId), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(state, "sandbox-"+name), []byte(sb.PodSandboxId), 0o644); err != nil {
 		return err
 	}
 	fmt.Printf("@@RESULT pod=%s created_ms=%d\n", name, time.Since(start).Milliseconds())
@@ -241,7 +264,7 @@ func resize(ctx context.Context, args []string) error {
 	}
 	defer done()
 	_, err = rs.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{ContainerId: id,
-		Linux: &cri.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, OomScoreAdj: -997, Unified: map[string]string{"memory.oom.group": "1"}}})
+		Linux: &cri.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, OomScoreAdj: -997, Unified: groupKill()}})
 	if err != nil {
 		return fmt.Errorf("UpdateContainerResources: %w", err)
 	}
@@ -275,9 +298,47 @@ func inspect(ctx context.Context, args []string) error {
 	}
 	score, _ := os.ReadFile("/proc/" + pid + "/oom_score_adj")
 	cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
-	path := strings.TrimPrefix(strings.TrimSpace(string(cg)), "0::")
+	path := ""
+	for _, line := range strings.Split(string(cg), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			path = p
+		}
+	}
 	group, _ := os.ReadFile("/sys/fs/cgroup" + path + "/memory.oom.group")
 	fmt.Printf("@@RESULT inspect=%s state=%s pid=%s oom_score_adj=%s oom_group=%s\n", label, st.Status.State,
 		pid, strings.TrimSpace(string(score)), strings.TrimSpace(string(group)))
 	return nil
+}
+
+// remove stops and removes a pod run made, as kubelet does when it is deleted.
+func remove(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return errors.New("remove NAME")
+	}
+	id, err := os.ReadFile(filepath.Join(state, "sandbox-"+args[0]))
+	if err != nil {
+		return err
+	}
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := rs.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: string(id)}); err != nil {
+		return fmt.Errorf("StopPodSandbox: %w", err)
+	}
+	if _, err := rs.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: string(id)}); err != nil {
+		return fmt.Errorf("RemovePodSandbox: %w", err)
+	}
+	fmt.Printf("@@RESULT removed=%s\n", args[0])
+	return nil
+}
+
+// groupKill is memory.oom.group = 1, as kubelet asks for it on cgroup v2
+// nodes only (pkg/kubelet/kuberuntime/kuberuntime_container_linux.go).
+func groupKill() map[string]string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		return nil
+	}
+	return map[string]string{"memory.oom.group": "1"}
 }

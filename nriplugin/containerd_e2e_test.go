@@ -1,0 +1,163 @@
+//go:build e2e
+
+package nriplugin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/testbin"
+)
+
+// hostContainerdConfig is containerd 2.x with the CRI (native snapshotter,
+// runc, the cgroupfs driver) and NRI on, every path below one directory.
+const hostContainerdConfig = `version = 3
+root = '%[1]s/root'
+state = '%[1]s/state'
+
+[grpc]
+  address = '%[1]s/c.sock'
+[ttrpc]
+  address = '%[1]s/c.sock.ttrpc'
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'native'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = 'registry.k8s.io/pause:3.10'
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_selinux = false
+  # Root here lacks CAP_SYS_RESOURCE: no score below containerd's own (the
+  # sandbox's -998 becomes containerd's 0).
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = 'runc'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = '/usr/sbin/runc'
+        SystemdCgroup = false
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = '%[1]s/nri.sock'
+  plugin_path = '%[1]s/plugins'
+  plugin_config_path = '%[1]s/conf.d'
+`
+
+// On this build host the memory controller is on cgroup v1 (hybrid), as on
+// most EKS AL2 nodes. containerd 2.1.4, built as the VM tier builds it, runs
+// here with the plugin connected: a container the shipped rule matches is
+// created and started with its score, and the group flag, which runc refuses
+// on cgroup v1, is reported unsupported instead of failing the container.
+func TestE2EContainerdOnThisHost(t *testing.T) {
+	if err := runcbundle.Available(); err != nil {
+		t.Fatal(err)
+	}
+	if kernel.DetectMode("/") == kernel.ModeV2 {
+		t.Skip("this host is cgroup v2; the VM tier covers v2")
+	}
+	repo, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp := filepath.Join(repo, "build", "components", "containerd-2")
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "kubeletish"} {
+		if _, err := os.Stat(filepath.Join(comp, b)); err != nil {
+			t.Fatalf("%v: run make components", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "ogc-") // short: unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(fmt.Sprintf(hostContainerdConfig, dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pause, err := runcbundle.BusyboxImage(nil, []string{"/bin/sleep", "2147483647"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := runcbundle.BusyboxImage(map[string]runcbundle.ImageFile{
+		"/sbin/init": {Data: []byte("#!/bin/sh\nexec sleep 2147483647\n"), Mode: 0o755},
+	}, []string{"/bin/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runcbundle.WriteOCIArchive(filepath.Join(dir, "pause.tar"), "registry.k8s.io/pause:3.10", pause); err != nil {
+		t.Fatal(err)
+	}
+	if err := runcbundle.WriteOCIArchive(filepath.Join(dir, "work.tar"), "registry.example/oomguard/workload:1", work); err != nil {
+		t.Fatal(err)
+	}
+
+	env := append(os.Environ(), "PATH="+comp+":"+os.Getenv("PATH"), "CONTAINERD_ADDRESS="+dir+"/c.sock", "KUBELETISH_STATE="+dir)
+	var ctrdLog, pluginLog bytes.Buffer
+	ctrd := exec.Command(filepath.Join(comp, "containerd"), "--config", filepath.Join(dir, "config.toml"))
+	ctrd.Env, ctrd.Stdout, ctrd.Stderr = env, &ctrdLog, &ctrdLog
+	ctrd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := ctrd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	kubeletish := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(comp, "kubeletish"), args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubeletish %v: %v\n%s\ncontainerd:\n%s\nplugin:\n%s", args, err, out, tail(ctrdLog.String()), pluginLog.String())
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		exec.Command(filepath.Join(comp, "kubeletish"), "remove", "vm").Run()
+		syscall.Kill(-ctrd.Process.Pid, syscall.SIGKILL)
+		ctrd.Wait()
+	})
+	kubeletish("wait-ready")
+
+	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := exec.Command(bin, "--config", filepath.Join(repo, "deploy", "config.toml"), "--socket", dir+"/nri.sock")
+	plugin.Stdout, plugin.Stderr = &pluginLog, &pluginLog
+	if err := plugin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plugin.Process.Kill(); plugin.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(pluginLog.String(), "msg=synchronized"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin never synchronized:\n%s", pluginLog.String())
+		}
+	}
+
+	kubeletish("import", filepath.Join(dir, "pause.tar"), filepath.Join(dir, "work.tar"))
+	// Burstable (500): root here lacks CAP_SYS_RESOURCE, which runc needs for -997.
+	kubeletish("run", "vm", "--qos", "burstable", "--", "/sbin/init")
+	got := kubeletish("inspect", "vm")
+	if !strings.Contains(got, "state=CONTAINER_RUNNING") || !strings.Contains(got, "oom_score_adj=900") {
+		t.Fatalf("inspect: %s\nplugin:\n%s", got, pluginLog.String())
+	}
+	if !strings.Contains(pluginLog.String(), "rule=init-as-pid1 oom_score_adj=500→900 oom_group=\"unsupported (cgroup ") {
+		t.Fatalf("the decision must report the group unsupported:\n%s", pluginLog.String())
+	}
+}
+
+func tail(s string) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-30):], "\n")
+}

@@ -7,15 +7,15 @@ import (
 
 func TestTerminal(t *testing.T) {
 	for in, want := range map[string]string{
-		"systemd":                   "systemd",
-		"python3 train.py":          "python3 train.py",
+		"systemd":                  "systemd",
+		"python3 train.py":         "python3 train.py",
 		"\x1b[2J\x1b[Hpwned\nline": `\x1b[2J\x1b[Hpwned\nline`,
-		"\x1b]0;title\x07":          `\x1b]0;title\a`,
-		"a\u202eevil":               `a\u202eevil`,
-		"caf\xe9":                   `caf\xe9`,
-		"naïve ünïcode":             "naïve ünïcode",
-		"\x9b2J":                    `\x9b2J`,
-		"tab\there":                 `tab\there`,
+		"\x1b]0;title\x07":         `\x1b]0;title\a`,
+		"a\u202eevil":              `a\u202eevil`,
+		"caf\xe9":                  `caf\xe9`,
+		"naïve ünïcode":            "naïve ünïcode",
+		"\x9b2J":                   `\x9b2J`,
+		"tab\there":                `tab\there`,
 	} {
 		if got := Terminal(in); got != want {
 			t.Errorf("Terminal(%q) = %q, want %q", in, got, want)

@@ -255,7 +255,9 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	root := fixtureNode(t, ctrs, 3)
 	rs := startRuntime(t, dir, pods, ctrs)
 	tp := connectPlugin(t, dir, readShipped(t), root)
-
+	if err := rs.WaitSync(20 * time.Second); err != nil { // the plugin counts itself connected before its reply arrives
+		t.Fatal(err)
+	}
 	updates := rs.LastSync()
 	if len(updates) != 2 {
 		t.Fatalf("want memory.oom.group updates for the 2 guarded containers, got %v", updates)
@@ -477,6 +479,9 @@ func TestCgroupV1NodeGetsNoGroup(t *testing.T) {
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, []*api.PodSandbox{pod}, []*api.Container{running})
 	tp := connectPlugin(t, dir, readShipped(t), root)
+	if err := rs.WaitSync(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if u := rs.LastSync(); len(u) != 0 {
 		t.Fatalf("Synchronize asked for updates on cgroup v1: %v", u)
 	}

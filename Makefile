@@ -13,7 +13,7 @@ SHIM_ARCHES := amd64 arm64
 RACE_PKGS := ./nriplugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
 # Fuzz targets of the parsers of untrusted input, run briefly by make test;
 # their corpora are in each package's testdata/fuzz.
-FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
+FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables \
 	./internal/escape:FuzzTerminal
 FUZZTIME ?= 3s
@@ -66,7 +66,7 @@ e2e-host:
 	$(GO) test -tags e2e -count=1 -timeout $(HOST_E2E_TIMEOUT) -run 'E2E' $(HOST_E2E_PKGS)
 
 e2e-vm:
-	$(GO) test -tags e2e -count=1 -timeout $(VM_E2E_TIMEOUT) -run 'E2E' -v ./test/vm/
+	$(GO) test -tags e2e -count=1 -timeout $(VM_E2E_TIMEOUT) -parallel 2 -run 'E2E' -v ./test/vm/
 
 bench: deps build test-bins
 	$(GO) run ./bench

@@ -99,6 +99,10 @@ type NRI struct {
 	VerifyInterval Duration `toml:"verify_interval"`
 	// MetricsAddress serves /metrics and /healthz when set, e.g. "127.0.0.1:9464".
 	MetricsAddress string `toml:"metrics_address"`
+	// LogFile is where the plugin logs when the runtime launched it, since
+	// containerd and CRI-O discard a launched plugin's output: a path,
+	// "syslog", or "stderr". Run otherwise, it logs to stderr.
+	LogFile string `toml:"log_file"`
 }
 
 // Duration is a time.Duration written as "60s" in TOML.
@@ -135,7 +139,7 @@ type Match struct {
 	RuntimeHandlers []string          `toml:"runtime_handlers"` // globs, e.g. "sysbox-runc"
 	Containers      []string          `toml:"containers"`       // container name globs
 	Images          []string          `toml:"images"`           // image reference globs
-	Command         string            `toml:"command"`          // Go regexp searched in args[0]
+	Command         string            `toml:"command"`          // Go regexp searched in the program (args[0], past init wrappers)
 	QoS             []string          `toml:"qos"`              // guaranteed, burstable, besteffort
 
 	m compiled
@@ -151,6 +155,7 @@ func Default() *Config {
 			PluginName:     "oomguard",
 			PluginIndex:    "10",
 			VerifyInterval: Duration{60 * time.Second},
+			LogFile:        "syslog",
 		},
 		Doctor:      Doctor{Daemons: slices.Clone(defaultDaemons), DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
 		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},

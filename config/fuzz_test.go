@@ -1,7 +1,9 @@
 package config
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -77,6 +79,21 @@ namespaces = ["vm"]
 		}
 		if d.OOMGroup != nil && !*d.OOMGroup && !(ns == "vm" && !init) {
 			t.Fatalf("namespace %q, annotation %q turned the group kill off", ns, group)
+		}
+	})
+}
+
+// FuzzProgram: a pod's command line never makes Program fail, and what it
+// returns is one of the arguments.
+func FuzzProgram(f *testing.F) {
+	f.Add("/run/podman-init\x00--\x00/sbin/init")
+	f.Add("tini\x00-p\x00")
+	f.Add("dumb-init\x00--rewrite")
+	f.Fuzz(func(t *testing.T, joined string) {
+		args := strings.Split(joined, "\x00")
+		p := Program(args)
+		if !slices.Contains(args, p) {
+			t.Fatalf("Program(%q) = %q, not one of the arguments", args, p)
 		}
 	})
 }

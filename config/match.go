@@ -103,7 +103,7 @@ func (m *Match) matches(f *Facts) bool {
 			return false
 		}
 	}
-	if c.command != nil && (len(f.Args) == 0 || !c.command.MatchString(f.Args[0])) {
+	if c.command != nil && (len(f.Args) == 0 || !c.command.MatchString(Program(f.Args))) {
 		return false
 	}
 	if len(c.qos) > 0 && !slices.Contains(c.qos, strings.ToLower(f.QoS)) {

@@ -7,6 +7,8 @@ package install
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/oomguard/oomguard/internal/atomicfile"
 )
@@ -21,6 +24,7 @@ import (
 // manifest records what install did, so uninstall undoes exactly that.
 type manifest struct {
 	Files   []string          `json:"files"`             // created or owned by oomguard
+	Sums    map[string]string `json:"sums,omitempty"`    // owned file → sha256 of what install wrote, or "-> target" for a link
 	Backups map[string]string `json:"backups,omitempty"` // modified file → its backup
 	Written map[string]string `json:"written,omitempty"` // modified file → the content install left
 }
@@ -39,9 +43,11 @@ func (w *files) host(p string) string { return filepath.Join(w.root, p) }
 
 // writeFile writes an oomguard-owned file, reporting unchanged when it is.
 func (w *files) writeFile(p string, data []byte, mode os.FileMode) error {
-	w.own(p)
+	w.own(p, sum(data))
 	return w.writeRaw(p, data, mode, "wrote")
 }
+
+func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 func (w *files) writeRaw(p string, data []byte, mode os.FileMode, verb string) error {
 	if old, err := os.ReadFile(w.host(p)); err == nil && bytes.Equal(old, data) {
@@ -60,7 +66,7 @@ func (w *files) writeRaw(p string, data []byte, mode os.FileMode, verb string) e
 }
 
 func (w *files) symlink(p, target string) error {
-	w.own(p)
+	w.own(p, "-> "+target)
 	if t, err := os.Readlink(w.host(p)); err == nil && t == target {
 		fmt.Fprintf(w.out, "unchanged %s -> %s\n", p, target)
 		return nil
@@ -80,10 +86,24 @@ func (w *files) symlink(p, target string) error {
 	return nil
 }
 
-func (w *files) own(p string) {
+func (w *files) own(p, sum string) {
 	if !slices.Contains(w.man.Files, p) {
 		w.man.Files = append(w.man.Files, p)
 	}
+	if w.man.Sums == nil {
+		w.man.Sums = map[string]string{}
+	}
+	w.man.Sums[p] = sum
+}
+
+// same reports whether p still holds what install left there (its sum).
+func (w *files) same(p, want string) bool {
+	if target, ok := strings.CutPrefix(want, "-> "); ok {
+		t, err := os.Readlink(w.host(p))
+		return err == nil && t == target
+	}
+	b, err := os.ReadFile(w.host(p))
+	return err == nil && sum(b) == want
 }
 
 func (w *files) readManifest() {
@@ -138,6 +158,10 @@ func (w *files) uninstall() error {
 	}
 	for _, f := range append(m.Files, w.manifestPath) {
 		if _, err := os.Lstat(w.host(f)); err != nil {
+			continue
+		}
+		if want, ok := m.Sums[f]; ok && !w.same(f, want) {
+			fmt.Fprintf(w.out, "left %s alone: it changed since install\n", f)
 			continue
 		}
 		if w.dryRun {

@@ -2,19 +2,27 @@ package install
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 
-	"github.com/oomguard/oomguard/internal/atomicfile"
+	"github.com/BurntSushi/toml"
 )
 
-// DefaultHooksDir is where CRI-O and podman read hook definitions.
-const DefaultHooksDir = "/etc/containers/oci/hooks.d"
+// DefaultHooksDir is where CRI-O and podman read hook definitions unless
+// configured otherwise (containers/common's DefaultHooksDirs).
+const DefaultHooksDir = "/usr/share/containers/oci/hooks.d"
 
 // HookFileName is the hooks.d file oomguard-hook installs.
 const HookFileName = "oomguard.json"
+
+// HookManifest records the hooks.d files install wrote.
+const HookManifest = "/etc/oomguard/hook-install.json"
 
 // hooksDFile is the hooks.d schema, version 1.0.0 (containers/common pkg/hooks).
 type hooksDFile struct {
@@ -46,11 +54,98 @@ func (e *OptionError) Error() string { return e.Msg }
 
 // HookOptions say what the hooks.d file holds and where it goes.
 type HookOptions struct {
-	Dir        string // the hooks.d directory
-	HookPath   string // absolute path of oomguard-hook; "" is this executable
+	Root string // the node's filesystem root
+	// Dir is the one hooks.d directory to write to; "" for every directory
+	// the node's runtimes read (HooksDirs).
+	Dir        string
+	HookPath   string // absolute path of oomguard-hook on the node; "" is this executable
 	ConfigPath string // the configuration the hook reads
 	Stage      string // createRuntime, or prestart for runtimes without it
 	DryRun     bool
+}
+
+// HooksDir is a hooks.d directory a runtime reads, and how install knows.
+type HooksDir struct {
+	Dir, Why string
+}
+
+// HooksDirs finds the hooks.d directories the node's runtimes read: CRI-O's
+// hooks_dir from crio.conf and its drop-ins, podman's from containers.conf
+// and its drop-ins, each runtime's default where its configuration sets none.
+func HooksDirs(root string) ([]HooksDir, error) {
+	var out []HooksDir
+	add := func(dirs []string, why string) {
+		for _, d := range dirs {
+			if !slices.ContainsFunc(out, func(h HooksDir) bool { return h.Dir == d }) {
+				out = append(out, HooksDir{d, why})
+			}
+		}
+	}
+	host := func(p string) string { return filepath.Join(root, p) }
+	if exists(host("/etc/crio")) || exists(host("/usr/bin/crio")) || exists(host("/usr/local/bin/crio")) {
+		dirs, from, err := lastSet(host, []string{"/etc/crio/crio.conf"}, "/etc/crio/crio.conf.d", "*.conf",
+			func(c *runtimeConf) []string { return c.Crio.Runtime.HooksDir })
+		if err != nil {
+			return nil, err
+		}
+		if dirs == nil {
+			dirs, from = []string{DefaultHooksDir}, "its default"
+		}
+		add(dirs, "CRI-O's hooks_dir ("+from+")")
+	}
+	if exists(host("/usr/share/containers/containers.conf")) || exists(host("/etc/containers")) || exists(host("/usr/bin/podman")) {
+		dirs, from, err := lastSet(host, []string{"/usr/share/containers/containers.conf", "/etc/containers/containers.conf"},
+			"/etc/containers/containers.conf.d", "*.conf", func(c *runtimeConf) []string { return c.Engine.HooksDir })
+		if err != nil {
+			return nil, err
+		}
+		if dirs == nil {
+			dirs, from = []string{DefaultHooksDir}, "its default"
+		}
+		add(dirs, "podman's hooks_dir ("+from+")")
+	}
+	if out == nil {
+		add([]string{DefaultHooksDir}, "the default of CRI-O and podman; neither was found")
+	}
+	return out, nil
+}
+
+// runtimeConf is what HooksDirs reads of crio.conf and containers.conf.
+type runtimeConf struct {
+	Crio struct {
+		Runtime struct {
+			HooksDir []string `toml:"hooks_dir"`
+		} `toml:"runtime"`
+	} `toml:"crio"`
+	Engine struct {
+		HooksDir []string `toml:"hooks_dir"`
+	} `toml:"engine"`
+}
+
+// lastSet reads files, then the drop-ins of dir in name order, and returns
+// the last value get finds set, and the file that set it.
+func lastSet(host func(string) string, files []string, dir, glob string, get func(*runtimeConf) []string) ([]string, string, error) {
+	dropins, _ := filepath.Glob(filepath.Join(host(dir), glob))
+	sort.Strings(dropins)
+	paths := make([]string, 0, len(files)+len(dropins))
+	for _, f := range files {
+		paths = append(paths, host(f))
+	}
+	var val []string
+	var from string
+	for _, p := range append(paths, dropins...) {
+		var c runtimeConf
+		if _, err := toml.DecodeFile(p, &c); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, "", fmt.Errorf("read %s: %w", p, err)
+		}
+		if v := get(&c); v != nil {
+			val, from = v, p
+		}
+	}
+	return val, from, nil
 }
 
 // HookDocument is the hooks.d JSON for o.
@@ -72,6 +167,14 @@ func HookDocument(o HookOptions) ([]byte, error) {
 	if !filepath.IsAbs(p) {
 		return nil, &OptionError{fmt.Sprintf("--hook-path %q must be absolute: runtimes run hooks by absolute path", p)}
 	}
+	st, err := os.Stat(filepath.Join(o.Root, p))
+	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		why := "is not an executable file"
+		if err != nil {
+			why = "does not exist"
+		}
+		return nil, &OptionError{fmt.Sprintf("--hook-path %s %s on the node: the runtime would fail every container's creation; install oomguard-hook there first", p, why)}
+	}
 	cfg, err := filepath.Abs(o.ConfigPath)
 	if err != nil {
 		return nil, err
@@ -89,24 +192,32 @@ func HookDocument(o HookOptions) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Hook writes the hooks.d file; a second run with the same options changes nothing.
+// Hook writes the hooks.d file into every directory the node's runtimes
+// read (or o.Dir), and records what it wrote; a second run changes nothing.
 func Hook(o HookOptions, out io.Writer) error {
 	doc, err := HookDocument(o)
 	if err != nil {
 		return err
 	}
-	target := filepath.Join(o.Dir, HookFileName)
-	if old, err := os.ReadFile(target); err == nil && string(old) == string(doc) {
-		fmt.Fprintf(out, "unchanged %s\n", target)
-		return nil
+	dirs := []HooksDir{{o.Dir, "--hooks-dir"}}
+	if o.Dir == "" {
+		if dirs, err = HooksDirs(o.Root); err != nil {
+			return err
+		}
 	}
-	if o.DryRun {
-		fmt.Fprintf(out, "would write %s:\n%s", target, doc)
-		return nil
+	w := &files{root: o.Root, dryRun: o.DryRun, out: out, manifestPath: HookManifest}
+	w.readManifest()
+	for _, d := range dirs {
+		fmt.Fprintf(out, "%s: %s\n", d.Dir, d.Why)
+		if err := w.writeFile(filepath.Join(d.Dir, HookFileName), doc, 0o644); err != nil {
+			return err
+		}
 	}
-	if err := atomicfile.Write(target, doc, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "wrote %s\n", target)
-	return nil
+	return w.saveManifest()
+}
+
+// UninstallHook removes the hooks.d files Hook wrote.
+func UninstallHook(root string, dryRun bool, out io.Writer) error {
+	w := &files{root: root, dryRun: dryRun, out: out, manifestPath: HookManifest}
+	return w.uninstall()
 }

@@ -218,7 +218,7 @@ func (w *files) containerd(cfg *config.Config, wantVersion int) error {
 			w.man.Backups[ContainerdConfig] = backup
 		}
 	} else {
-		w.own(ContainerdConfig)
+		w.own(ContainerdConfig, sum(updated))
 	}
 	if w.man.Written == nil {
 		w.man.Written = map[string]string{}

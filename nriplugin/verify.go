@@ -68,9 +68,13 @@ func (p *Plugin) verify(g *guard, phase string) {
 	g.missing = 0
 	p.mu.Unlock()
 	if g.score != nil {
-		if n := p.enforceScore(g, c, phase); n > 0 && phase == "verify" {
+		switch n := p.enforceScore(g, c, phase); {
+		case n > 0 && phase == "verify":
 			p.m.drift.WithLabelValues("oom_score_adj").Add(float64(n))
 			p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+		case n > 0 && phase == "start":
+			// The runtime ignored the adjustment (containerd < 1.7.26 / 2.0, CRI-O < 1.32).
+			p.log.Info("fixed after start", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
 		}
 	}
 }

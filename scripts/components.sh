@@ -1,34 +1,81 @@
 #!/usr/bin/env bash
 # components.sh DIR: builds the real components the end-to-end tests run, each
-# from a pinned Go module under test/, into DIR/NAME/. A component is rebuilt
-# only when its pins (go.mod, go.sum) changed; each prints how long it took.
+# from pinned sources under test/, into DIR/NAME/: containerd 2.x and 1.7
+# (two releases, either side of NRI's score adjustment), a real kubelet, and
+# CRI-O. A component is rebuilt only when its pins changed; each says how long
+# it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=$(realpath -m "${1:-build/components}")
 gobuild=$PWD/scripts/gobuild
 mkdir -p "$dest"
 
-# module NAME DIR BIN=PKG...: go build each PKG of the module in DIR.
-module() {
-	local name=$1 dir=$2
-	shift 2
-	local out=$dest/$name stamp
-	stamp=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -d' ' -f1)
-	if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+# fresh NAME PINS...: true when DIR/NAME was built from these pins; else
+# empties it for a build.
+fresh() {
+	local name=$1 stamp
+	shift
+	stamp=$(cat "$@" | sha256sum | cut -d' ' -f1)
+	if [ "$(cat "$dest/$name/.stamp" 2>/dev/null)" = "$stamp" ]; then
 		echo "components: $name up to date"
-		return
+		return 0
 	fi
-	local start=$SECONDS
-	rm -rf "$out"
-	mkdir -p "$out"
-	for b in "$@"; do
-		(cd "$dir" && GOFLAGS=-mod=mod "$gobuild" "$out/${b%%=*}" "${b#*=}")
-	done
-	echo "$stamp" >"$out/.stamp"
-	echo "components: built $name in $((SECONDS - start)) s"
+	rm -rf "${dest:?}/$name"
+	mkdir -p "$dest/$name"
+	echo "$stamp" >"$dest/$name/.stamp.new"
+	return 1
 }
 
-module containerd-2 test/containerd \
+built() {
+	mv "$dest/$1/.stamp.new" "$dest/$1/.stamp"
+	echo "components: built $1 in $(($SECONDS - $2)) s"
+}
+
+# module NAME DIR MODFILE BIN=PKG...: go build each PKG of the Go module in
+# DIR, pinned by MODFILE (go.mod or another) and its .sum.
+module() {
+	local name=$1 dir=$2 modfile=$3 start=$SECONDS
+	shift 3
+	local sum=${modfile%.mod}.sum
+	fresh "$name" "$dir/$modfile" "$dir/$sum" && return
+	for b in "$@"; do
+		(cd "$dir" && GOFLAGS="-mod=mod -modfile=$modfile" "$gobuild" "$dest/$name/${b%%=*}" "${b#*=}")
+	done
+	built "$name" "$start"
+}
+
+module containerd-2 test/containerd go.mod \
 	containerd=./cmd/containerd \
 	containerd-shim-runc-v2=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
 	kubeletish=./cmd/kubeletish
+
+for v in 1.7.35 1.7.25; do
+	modfile=go.mod
+	[ "$v" = 1.7.35 ] || modfile=go.$v.mod
+	module "containerd-$v" test/containerd17 "$modfile" \
+		containerd=./cmd/containerd \
+		containerd-shim-runc-v2=github.com/containerd/containerd/cmd/containerd-shim-runc-v2
+done
+
+kube=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\).*/\1/p; s/^\tk8s.io\/kubernetes \(v[0-9.]*\).*/\1/p' test/kubelet/go.mod | head -1)
+minor=$(echo "$kube" | cut -d. -f2)
+LDFLAGS="-X k8s.io/component-base/version.gitVersion=$kube -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+	module kubelet test/kubelet go.mod kubelet=k8s.io/kubernetes/cmd/kubelet
+
+# CRI-O is not on the module proxy: from its release source, vendored.
+crio_src=test/crio/crio-v1.34.11-pruned-src.tar.xz
+start=$SECONDS
+if ! fresh crio "$crio_src"; then
+	src=$dest/src/crio
+	rm -rf "$src"
+	mkdir -p "$src"
+	tar -xJf "$crio_src" -C "$src"
+	tags='containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper'
+	for b in crio=./cmd/crio copyimg=./test/copyimg; do
+		(cd "$src" && "$gobuild" "$dest/crio/${b%%=*}" "${b#*=}" -mod=vendor -tags "$tags")
+	done
+	make -s -C "$src/pinns" >/dev/null
+	cp "$src/bin/pinns" "$dest/crio/pinns"
+	rm -rf "$src"
+	built crio "$start"
+fi

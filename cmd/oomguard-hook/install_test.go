@@ -5,25 +5,49 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
-func TestInstall(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "hooks.d")
-	args := []string{"--hooks-dir", dir, "--hook-path", "/usr/local/bin/oomguard-hook", "--config", "/etc/oomguard/config.toml"}
-	target := filepath.Join(dir, "oomguard.json")
+// node makes a node tree with files and an executable hook at /usr/local/bin.
+func node(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755)
+	os.WriteFile(filepath.Join(root, "usr/local/bin/oomguard-hook"), []byte("#!binary"), 0o755)
+	return root
+}
 
+func cli(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	if code := run(append([]string{"install", "--dry-run"}, args...), nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "would write "+target) {
-		t.Fatalf("dry run: exit %d, %q %q", code, out.String(), errb.String())
+	code := run(args, nil, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+var hookArgs = []string{"--hook-path", "/usr/local/bin/oomguard-hook", "--config", "/etc/oomguard/config.toml"}
+
+func TestInstall(t *testing.T) {
+	root := node(t, nil)
+	dir := "/etc/containers/oci/hooks.d"
+	args := append([]string{"--root", root, "--hooks-dir", dir}, hookArgs...)
+	target := filepath.Join(root, dir, "oomguard.json")
+
+	if code, out, errb := cli(append([]string{"install", "--dry-run"}, args...)...); code != 0 || !strings.Contains(out, "would: wrote "+dir+"/oomguard.json") {
+		t.Fatalf("dry run: exit %d, %q %q", code, out, errb)
 	}
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("dry run wrote the file")
 	}
-	out.Reset()
-	if code := run(append([]string{"install"}, args...), nil, &out, &errb); code != 0 || out.String() != "wrote "+target+"\n" {
-		t.Fatalf("install: exit %d, %q %q", code, out.String(), errb.String())
+	if code, out, errb := cli(append([]string{"install"}, args...)...); code != 0 || !strings.Contains(out, "wrote "+dir+"/oomguard.json") {
+		t.Fatalf("install: exit %d, %q %q", code, out, errb)
 	}
 	data, err := os.ReadFile(target)
 	if err != nil {
@@ -47,28 +71,112 @@ func TestInstall(t *testing.T) {
 		strings.Join(f.Hook.Args, " ") != "oomguard-hook --config /etc/oomguard/config.toml" {
 		t.Fatalf("hooks.d file: %s", data)
 	}
-	out.Reset()
-	if code := run(append([]string{"install"}, args...), nil, &out, &errb); code != 0 || out.String() != "unchanged "+target+"\n" {
-		t.Fatalf("second install: exit %d, %q", code, out.String())
+	if code, out, _ := cli(append([]string{"install"}, args...)...); code != 0 || !strings.Contains(out, "unchanged "+dir+"/oomguard.json") {
+		t.Fatalf("second install: exit %d, %q", code, out)
 	}
-	out.Reset()
-	if code := run(append([]string{"print-config"}, args...), nil, &out, &errb); code != 0 || out.String() != string(data) {
-		t.Fatalf("print-config differs from the installed file: %q", out.String())
+	if code, out, _ := cli(append([]string{"print-config"}, args...)...); code != 0 || out != string(data) {
+		t.Fatalf("print-config differs from the installed file: %q", out)
 	}
 	// A changed stage rewrites the file.
-	out.Reset()
-	if code := run(append([]string{"install", "--stage", "prestart"}, args...), nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "wrote") {
-		t.Fatalf("stage change: exit %d, %q", code, out.String())
+	if code, out, _ := cli(append([]string{"install", "--stage", "prestart"}, args...)...); code != 0 || !strings.Contains(out, "wrote") {
+		t.Fatalf("stage change: exit %d, %q", code, out)
 	}
 	if data, _ := os.ReadFile(target); !strings.Contains(string(data), `"prestart"`) {
 		t.Fatalf("stage not written: %s", data)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+	if entries, _ := os.ReadDir(filepath.Dir(target)); len(entries) != 1 {
 		t.Fatalf("temporary files left behind: %v", entries)
+	}
+	if code, out, _ := cli("uninstall", "--root", root); code != 0 || !strings.Contains(out, "removed "+dir+"/oomguard.json") {
+		t.Fatalf("uninstall: exit %d, %q", code, out)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatal("uninstall left the hooks.d file")
+	}
+}
+
+// install writes where the node's runtimes read: Debian's podman reads only
+// /usr/share/containers/oci/hooks.d, CRI-O its hooks_dir with drop-ins last.
+func TestInstallFindsHooksDirs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  []string
+	}{
+		{"Debian's podman (containers-common)", map[string]string{
+			"/usr/share/containers/containers.conf": "[engine]\n#hooks_dir = [\"/x\"]\n",
+		}, []string{"/usr/share/containers/oci/hooks.d"}},
+		{"podman with hooks_dir set in /etc", map[string]string{
+			"/usr/share/containers/containers.conf":         "[engine]\nhooks_dir = [\"/usr/share/containers/oci/hooks.d\"]\n",
+			"/etc/containers/containers.conf.d/10-ops.conf": "[engine]\nhooks_dir = [\"/opt/hooks.d\", \"/etc/containers/oci/hooks.d\"]\n",
+		}, []string{"/opt/hooks.d", "/etc/containers/oci/hooks.d"}},
+		{"CRI-O with its default", map[string]string{
+			"/etc/crio/crio.conf": "[crio.runtime]\ncgroup_manager = \"systemd\"\n",
+		}, []string{"/usr/share/containers/oci/hooks.d"}},
+		{"CRI-O with a drop-in", map[string]string{
+			"/etc/crio/crio.conf":                 "[crio.runtime]\nhooks_dir = [\"/a\"]\n",
+			"/etc/crio/crio.conf.d/20-hooks.conf": "[crio.runtime]\nhooks_dir = [\"/b\"]\n",
+			"/etc/crio/crio.conf.d/10-other.conf": "[crio.runtime]\nhooks_dir = [\"/c\"]\n",
+			"/etc/crio/crio.conf.d/30-plain.conf": "[crio.runtime]\nconmon = \"/x\"\n",
+		}, []string{"/b"}},
+		{"CRI-O and podman", map[string]string{
+			"/etc/crio/crio.conf":                   "[crio.runtime]\nhooks_dir = [\"/run/crio-hooks\"]\n",
+			"/usr/share/containers/containers.conf": "",
+		}, []string{"/run/crio-hooks", "/usr/share/containers/oci/hooks.d"}},
+		{"neither", nil, []string{"/usr/share/containers/oci/hooks.d"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := node(t, tc.files)
+			code, out, errb := cli(append([]string{"install", "--root", root}, hookArgs...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s %s", code, out, errb)
+			}
+			var got []string
+			filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.Name() == "oomguard.json" {
+					got = append(got, strings.TrimSuffix(strings.TrimPrefix(p, root), "/oomguard.json"))
+				}
+				return nil
+			})
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tc.want))
+			if !slices.Equal(got, want) {
+				t.Fatalf("wrote into %v, want %v\n%s", got, want, out)
+			}
+			if code, _, _ := cli("uninstall", "--root", root); code != 0 {
+				t.Fatal("uninstall failed")
+			}
+			for _, d := range tc.want {
+				if _, err := os.Stat(filepath.Join(root, d, "oomguard.json")); err == nil {
+					t.Errorf("%s left after uninstall", d)
+				}
+			}
+		})
+	}
+}
+
+// uninstall removes exactly what install wrote: a file changed since is left.
+func TestUninstallLeavesChangedFiles(t *testing.T) {
+	root := node(t, nil)
+	if code, _, errb := cli(append([]string{"install", "--root", root}, hookArgs...)...); code != 0 {
+		t.Fatal(errb)
+	}
+	p := filepath.Join(root, "/usr/share/containers/oci/hooks.d/oomguard.json")
+	os.WriteFile(p, []byte(`{"edited":"by an operator"}`), 0o644)
+	if code, out, _ := cli("uninstall", "--root", root); code != 0 || !strings.Contains(out, "left /usr/share/containers/oci/hooks.d/oomguard.json alone") {
+		t.Fatalf("exit %d %q", code, out)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal("uninstall removed a file it did not write")
+	}
+	if code, out, _ := cli("uninstall", "--root", t.TempDir()); code != 0 || !strings.Contains(out, "nothing to uninstall") {
+		t.Fatalf("uninstall of nothing: %d %q", code, out)
 	}
 }
 
 func TestInstallErrors(t *testing.T) {
+	root := node(t, nil)
+	os.WriteFile(filepath.Join(root, "usr/local/bin/not-exec"), []byte("x"), 0o644)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -77,11 +185,15 @@ func TestInstallErrors(t *testing.T) {
 		{[]string{"install", "--stage", "poststop"}, 2, `--stage "poststop"`},
 		{[]string{"install", "--hook-path", "bin/oomguard-hook"}, 2, "must be absolute"},
 		{[]string{"install", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"install", "--hooks-dir", "/proc/oomguard/hooks.d", "--hook-path", "/x"}, 1, "/proc/oomguard/hooks.d"},
+		{[]string{"install", "--root", root, "--hook-path", "/usr/local/bin/missing"}, 2, "/usr/local/bin/missing does not exist"},
+		{[]string{"install", "--root", root, "--hook-path", "/usr/local/bin/not-exec"}, 2, "is not an executable file"},
+		{[]string{"install", "--root", root, "--hook-path", "/usr/local/bin"}, 2, "is not an executable file"},
+		{[]string{"install", "--hooks-dir", "/proc/oomguard/hooks.d", "--hook-path", os.Args[0]}, 1, "/proc/oomguard/hooks.d"},
+		{[]string{"install", "--root", root, "--hook-path", "/usr/local/bin/oomguard-hook"}, 0, ""},
 	} {
-		var out, errb bytes.Buffer
-		if code := run(tc.args, nil, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
-			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		code, _, errb := cli(tc.args...)
+		if code != tc.code || !strings.Contains(errb, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb, tc.code, tc.want)
 		}
 	}
 }

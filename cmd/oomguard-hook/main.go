@@ -3,7 +3,8 @@
 // the oomguard policy before the container's own process runs.
 //
 //	oomguard-hook [--config FILE] [--strict]        run as a hook: OCI state on stdin
-//	oomguard-hook install [--hooks-dir DIR] …       write the hooks.d JSON
+//	oomguard-hook install [--hooks-dir DIR] …       write the hooks.d JSON where the runtimes read
+//	oomguard-hook uninstall                         remove what install wrote
 //	oomguard-hook print-config …                    print the hooks.d JSON
 package main
 
@@ -28,8 +29,11 @@ from the oomguard policy when a container is created.
 Usage:
   oomguard-hook [--config FILE] [--strict] [--log-file DEST] [--root DIR]
       Run as a createRuntime (or prestart) hook: reads the OCI state on stdin.
-  oomguard-hook install [--hooks-dir DIR] [--hook-path PATH] [--config FILE] [--stage STAGE] [--dry-run]
-      Write oomguard.json into a hooks.d directory (CRI-O, podman). Idempotent.
+  oomguard-hook install [--root DIR] [--hooks-dir DIR] [--hook-path PATH] [--config FILE] [--stage STAGE] [--dry-run]
+      Write oomguard.json into every hooks.d directory CRI-O and podman read
+      (their hooks_dir settings, else their default), or --hooks-dir. Idempotent.
+  oomguard-hook uninstall [--root DIR] [--dry-run]
+      Remove what install wrote, unless it changed since.
   oomguard-hook print-config [same flags as install]
       Print that JSON instead of writing it.
 `
@@ -37,7 +41,7 @@ Usage:
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
-		case "install", "print-config":
+		case "install", "print-config", "uninstall":
 			return cmdInstall(args[0], args[1:], stdout, stderr)
 		case "help", "-h", "--help":
 			fmt.Fprint(stdout, usage)
@@ -67,11 +71,14 @@ func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("oomguard-hook "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o install.HookOptions
-	fs.StringVar(&o.Dir, "hooks-dir", install.DefaultHooksDir, "hooks.d directory to write "+install.HookFileName+" into")
-	fs.StringVar(&o.HookPath, "hook-path", "", "absolute path of the oomguard-hook binary the runtime runs (default: this binary)")
-	cfgPath := fs.String("config", "", "configuration file the hook reads (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
-	fs.StringVar(&o.Stage, "stage", "createRuntime", "OCI hook stage: createRuntime, or prestart for runtimes without it")
+	fs.StringVar(&o.Root, "root", "/", "the node's filesystem root")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "show what would change without writing")
+	if name != "uninstall" {
+		fs.StringVar(&o.Dir, "hooks-dir", "", "the one hooks.d directory to write "+install.HookFileName+" into (default: every one the node's runtimes read)")
+		fs.StringVar(&o.HookPath, "hook-path", "", "absolute path of the oomguard-hook binary the runtime runs (default: this binary)")
+		fs.StringVar(&o.ConfigPath, "config", "", "configuration file the hook reads (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+		fs.StringVar(&o.Stage, "stage", "createRuntime", "OCI hook stage: createRuntime, or prestart for runtimes without it")
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -79,14 +86,17 @@ func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "oomguard-hook %s: unexpected argument %q\n", name, fs.Arg(0))
 		return 2
 	}
-	o.ConfigPath = config.Path(*cfgPath)
+	o.ConfigPath = config.Path(o.ConfigPath)
 	var err error
-	if name == "print-config" {
+	switch name {
+	case "print-config":
 		var doc []byte
 		if doc, err = install.HookDocument(o); err == nil {
 			stdout.Write(doc)
 		}
-	} else {
+	case "uninstall":
+		err = install.UninstallHook(o.Root, o.DryRun, stdout)
+	default:
 		err = install.Hook(o, stdout)
 	}
 	if err != nil {

@@ -24,6 +24,9 @@ func readShipped(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv("OOMGUARD_TEST_MAIN") == "1" { // this binary, run as oomguard-nri
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	logrus.SetLevel(logrus.ErrorLevel) // the NRI adaptation's own chatter
 	os.Exit(m.Run())
 }

@@ -67,7 +67,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cfgErr != nil {
 		cfg = config.Default()
 	}
-	log := logging.New(cfg.Log, stderr).With("component", "oomguard-nri")
+	launched := os.Getenv("NRI_PLUGIN_SOCKET") != ""
+	log := logging.New(cfg.Log, stderr)
+	if launched {
+		lc := cfg.Log
+		lc.File = cfg.NRI.LogFile
+		var closer io.Closer
+		var err error
+		log, closer, err = logging.Open(lc, "oomguard-nri", stderr)
+		defer closer.Close()
+		if err != nil {
+			log.Warn("cannot log where configured", "err", err)
+		}
+	}
+	log = log.With("component", "oomguard-nri")
 	switch {
 	case cfgErr != nil:
 		log.Warn("configuration unusable; running with no rules until the runtime passes a configuration", "err", cfgErr)
@@ -90,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	p := nriplugin.New(cfg, cfgErr, *root, log, m)
-	if err := p.Serve(ctx, cfg.NRI, os.Getenv("NRI_PLUGIN_SOCKET") != ""); err != nil {
+	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}

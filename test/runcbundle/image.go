@@ -161,7 +161,8 @@ func BusyboxImage(files map[string]ImageFile, cmd []string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	// All OCI, config included: CRI-O's copyimg refuses mixed images.
+	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), layer)
 	if err != nil {
 		return nil, err
 	}

@@ -30,14 +30,6 @@ func doctorScenario() Scenario {
 			return nil
 		}
 	}
-	severity := func(r *Run, check string) string {
-		for _, m := range r.Results {
-			if m["check"] == check {
-				return m["severity"]
-			}
-		}
-		return "missing"
-	}
 	return Scenario{
 		Name:     "doctor",
 		Title:    "oomguard-doctor examines a node like the incidents'",
@@ -64,4 +56,14 @@ doctor
 			}},
 		},
 	}
+}
+
+// severity is what the doctor said of check, 0 (ok) to 4 (critical).
+func severity(r *Run, check string) string {
+	for _, m := range r.Results {
+		if m["check"] == check {
+			return m["severity"]
+		}
+	}
+	return "missing"
 }

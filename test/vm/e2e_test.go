@@ -5,7 +5,9 @@ package vm
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestE2EScenarios boots one VM per scenario variant and fails if a "with"
@@ -20,13 +22,20 @@ func TestE2EScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	starts := map[string][]time.Duration{}             // scenario/variant: pod start times
+	t.Cleanup(func() { t.Log(PodStartTable(starts)) }) // after every VM
 	for _, s := range Scenarios() {
 		for _, v := range s.Variants {
 			t.Run(s.Name+"/"+v.Name, func(t *testing.T) {
+				t.Parallel() // one core per VM: go test -parallel sets how many at once
 				run, err := env.Boot(context.Background(), s, v)
 				if err != nil {
 					t.Fatal(err)
 				}
+				mu.Lock()
+				starts[s.Name+"/"+v.Name] = PodStarts(run)
+				mu.Unlock()
 				t.Logf("%s/%s in %s: killed %s", s.Name, v.Name, run.Elapsed.Round(1e8), list(run.KilledComms()))
 				if err := v.Check(run); err != nil {
 					t.Fatalf("%v\nconsole:\n%s", err, run.Console)

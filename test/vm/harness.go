@@ -26,7 +26,19 @@ import (
 
 // Scenarios lists every scenario, in the order the demo tells them.
 func Scenarios() []Scenario {
-	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), criCgroupOOM(), criGlobalOOM(), criLifecycle()}
+	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), criCgroupOOM(), criGlobalOOM(), criLifecycle(),
+		kubeScenario("kubelet-containerd", Containerd2,
+			Variant{Name: "without", Check: unguarded},
+			Variant{Name: "with-nri", Check: guarded}),
+		kubeScenario("kubelet-crio", CRIO,
+			Variant{Name: "without", Check: unguarded},
+			Variant{Name: "with-nri", Check: guarded},
+			Variant{Name: "with-hook", Check: hookGuarded}),
+		kubeScenario("kubelet-containerd-1.7", Containerd17,
+			Variant{Name: "without", Check: unguarded},
+			Variant{Name: "with-nri", Check: guarded},
+			Variant{Name: "with-nri-1.7.25", Setup: kubeSetup(Containerd17Old), Check: fixedAfterStart}),
+	}
 }
 
 // Scenario is one incident, reproduced without oomguard and ended with it.
@@ -40,6 +52,8 @@ type Scenario struct {
 	Variants []Variant
 	// Slow scenarios (containerd inside the VM) are left out of the demo.
 	Slow bool
+	// Timeout bounds a boot; Env.Timeout when zero.
+	Timeout time.Duration
 }
 
 // Variant is one boot of a scenario.
@@ -127,8 +141,41 @@ func (g *Guest) Bundle(name string, args ...string) (*runcbundle.Bundle, error) 
 // File puts data at path in the VM.
 func (g *Guest) File(path string, data []byte, perm uint32) { g.a.file(path, data, perm) }
 
+// guestConfig is the shipped configuration, verifying every interval, with
+// a launched plugin logging where report shows it.
+func guestConfig(repo, interval string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(repo, "deploy", "config.toml"))
+	if err != nil {
+		return nil, err
+	}
+	s := strings.Replace(string(b), `verify_interval = "60s"`, `verify_interval = "`+interval+`"`, 1)
+	return []byte(strings.Replace(s, `log_file = "syslog"`, `log_file = "/tmp/plugin.log"`, 1)), nil
+}
+
 // CopyFile puts the host file src at path in the VM.
 func (g *Guest) CopyFile(path, src string) error { return g.a.copyFile(path, src) }
+
+// CopyWithLibs puts the dynamically linked host binary src at path in the
+// VM, with the shared libraries it needs at their host paths.
+func (g *Guest) CopyWithLibs(path, src string) error {
+	if err := g.a.copyFile(path, src); err != nil {
+		return err
+	}
+	libs, err := sharedLibs(src)
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		real, err := filepath.EvalSymlinks(l)
+		if err != nil {
+			return err
+		}
+		if err := g.a.copyFile(l, real); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Bin is the host path of one of oomguard's programs or the test binaries.
 func (g *Guest) Bin(name string) string {
@@ -215,7 +262,11 @@ func (e *Env) Boot(ctx context.Context, s Scenario, v Variant) (*Run, error) {
 }
 
 func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string) (*Run, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.Timeout)
+	timeout := e.Timeout
+	if s.Timeout > 0 {
+		timeout = s.Timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	mem := s.MemoryMB
 	if mem == 0 {
@@ -232,7 +283,7 @@ func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string) (*
 	run := parseConsole(out.String())
 	run.Scenario, run.Variant, run.Elapsed = s.Name, v.Name, time.Since(start)
 	if ctx.Err() != nil {
-		return run, fmt.Errorf("%s/%s: the VM did not finish within %s; console:\n%s", s.Name, v.Name, e.Timeout, run.Console)
+		return run, fmt.Errorf("%s/%s: the VM did not finish within %s; console:\n%s", s.Name, v.Name, timeout, run.Console)
 	}
 	if err != nil {
 		return run, fmt.Errorf("%s/%s: qemu: %v; console:\n%s", s.Name, v.Name, err, run.Console)
@@ -290,31 +341,20 @@ func (e *Env) base(g *Guest, s Scenario) error {
 	if err != nil {
 		return err
 	}
-	if err := a.copyFile("/usr/sbin/runc", runc); err != nil {
+	if err := g.CopyWithLibs("/usr/sbin/runc", runc); err != nil {
 		return err
-	}
-	libs, err := sharedLibs(runc)
-	if err != nil {
-		return err
-	}
-	for _, l := range libs {
-		real, err := filepath.EvalSymlinks(l)
-		if err != nil {
-			return err
-		}
-		if err := a.copyFile(l, real); err != nil {
-			return err
-		}
 	}
 	for _, name := range []string{"oomguard-hook", "oomguard-init", "oomguard-doctor"} {
 		if err := a.copyFile(GuestBin+"/"+name, g.Bin(name)); err != nil {
 			return err
 		}
 	}
+	cfg, err := guestConfig(e.RepoDir, "60s")
+	if err != nil {
+		return err
+	}
 	for _, p := range []string{GuestConfig, "/etc/oomguard/config.toml"} {
-		if err := a.copyFile(p, filepath.Join(e.RepoDir, "deploy", "config.toml")); err != nil {
-			return err
-		}
+		a.file(p, cfg, 0o644)
 	}
 	for _, d := range []string{"/proc", "/sys", "/dev", "/run", "/tmp", "/var/log", "/etc"} {
 		a.mkdirAll(d)
@@ -359,7 +399,7 @@ mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
-echo "+memory +pids" > /sys/fs/cgroup/cgroup.subtree_control
+for c in $(cat /sys/fs/cgroup/cgroup.controllers); do echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control; done
 echo -1000 > /proc/self/oom_score_adj
 dmesg -n 1
 VARIANT=$(sed -n 's/.*oomguard\.variant=\([^ ]*\).*/\1/p' /proc/cmdline)
@@ -432,12 +472,95 @@ wait_synced() {
 	[ $i -lt 600 ] || { echo "@@RESULT plugin=not-synchronized"; tail -20 /tmp/plugin.log | sed 's/^/@@PLUGIN /'; }
 }
 
+# The node's runtime, when the scenario has one (WithRuntime): its name and CRI socket.
+RUNTIME=$(sed -n 1p /etc/oomguard-vm/runtime 2>/dev/null)
+export CONTAINERD_ADDRESS=$(sed -n 2p /etc/oomguard-vm/runtime 2>/dev/null)
+
+# start_runtime: start the node's runtime (containerd or CRI-O) with the
+# pause and workload images in its store, and wait for its CRI.
+start_runtime() {
+	case $RUNTIME in
+	containerd)
+		start_containerd
+		[ -f /run/images-imported ] || kubeletish import /images/*.tar >/dev/null && touch /run/images-imported
+		;;
+	crio)
+		mkdir -p /var/lib/containers/storage /run/containers/storage /run/crio /var/log/crio /etc/crio/crio.conf.d
+		if [ ! -f /run/images-imported ]; then
+			while read f ref; do
+				copyimg --root /var/lib/containers/storage --runroot /run/containers/storage --storage-driver vfs \
+					--signature-policy /etc/containers/policy.json --image-name "$ref" --import-from "oci-archive:$f" >>/tmp/copyimg.log 2>&1 ||
+					{ echo "@@RESULT import=failed"; tail -5 /tmp/copyimg.log | sed 's/^/@@CRIO /'; }
+			done < /images/index
+			touch /run/images-imported
+		fi
+		rm -f /run/crio/crio.sock
+		crio --config /etc/crio/crio.conf >>/tmp/crio.log 2>&1 &
+		echo $! > /run/runtime.pid
+		i=0
+		while [ ! -S /run/crio/crio.sock ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done
+		[ -S /run/crio/crio.sock ] || { echo "@@RESULT crio=failed"; tail -30 /tmp/crio.log | sed 's/^/@@CRIO /'; }
+		kubeletish wait-ready
+		;;
+	esac
+}
+
+stop_runtime() {
+	case $RUNTIME in
+	containerd) stop_containerd ;;
+	crio) kill -9 $(cat /run/runtime.pid); sleep 0.5 ;;
+	esac
+}
+
+# start_kubelet: a real kubelet, standalone, on the node's runtime.
+start_kubelet() {
+	kubelet --config /etc/kubernetes/kubelet.yaml --node-ip 127.0.0.1 --hostname-override node --v 1 >>/tmp/kubelet.log 2>&1 &
+	echo $! > /run/kubelet.pid
+}
+
+# add_pod NAME: give kubelet the static pod /pods/NAME.yaml, noting when.
+add_pod() {
+	echo "@@RESULT added=$1 at_ns=$(kubeletish now)"
+	# Renamed into place: kubelet reads a file it is told of at once.
+	cp /pods/$1.yaml /etc/kubernetes/.$1.yaml && mv /etc/kubernetes/.$1.yaml /etc/kubernetes/manifests/$1.yaml
+}
+
+# wait_pod NAME [running|exited]: until kubelet's pod NAME has its container
+# in that state; kubeletish records it for inspect and exec.
+# A pod that never gets there ends the boot, with the logs.
+wait_pod() {
+	kubeletish pod $1 --until ${2:-running} && return
+	grep -v "^I\|nodeIP can't be loopback" /tmp/kubelet.log | tail -40 | sed 's/^/@@KUBELET /'
+	grep "$1" /tmp/kubelet.log | tail -20 | sed 's/^/@@KUBELET /'
+	head -3 /proc/meminfo | sed 's/^/@@MEMINFO /'
+	ps -o pid,comm,rss 2>/dev/null | sort -k3 -n | tail -8 | sed 's/^/@@PS /'
+	report
+	exit 1
+}
+
+# pid_of CMDLINE: the pid of a process whose command line is exactly CMDLINE
+# (busybox-static has no pgrep).
+pid_of() {
+	for d in /proc/[0-9]*; do
+		[ "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" = "$1 " ] && { echo ${d#/proc/}; return 0; }
+	done
+	return 1
+}
+
+# pod_log NAME: what kubelet's static pod NAME printed (its CRI log).
+pod_log() {
+	for f in /var/log/pods/*_$1-node_*/*/*.log; do
+		[ -f "$f" ] && sed -n 's/^[^ ]* std[a-z]* [FP] //p' "$f"
+	done
+}
+
 # report: the kernel's OOM kills and the hook's log, for the harness.
 report() {
 	dmesg | grep -E "Killed process|going to be killed" | sed 's/^/@@DMESG /'
 	[ -f /var/log/oomguard-hook.log ] && sed 's/^/@@HOOKLOG /' /var/log/oomguard-hook.log
 	[ -f /tmp/plugin.log ] && sed 's/^/@@PLUGIN /' /tmp/plugin.log
-	[ -f /tmp/containerd.log ] && grep -i "oomguard\|nri" /tmp/containerd.log | tail -40 | sed 's/^/@@CONTAINERD /'
+	[ -f /tmp/containerd.log ] && grep -i "oomguard\|nri\|error" /tmp/containerd.log | tail -40 | sed 's/^/@@CONTAINERD /'
+	[ -f /tmp/crio.log ] && grep -i "oomguard\|nri\|error" /tmp/crio.log | tail -40 | sed 's/^/@@CRIO /'
 	true
 }
 

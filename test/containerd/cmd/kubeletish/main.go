@@ -10,6 +10,8 @@
 //	kubeletish inspect NAME [LABEL]
 //	kubeletish wait-ready
 //	kubeletish remove NAME
+//	kubeletish pod NAME [--until running|exited] [--timeout D]   a pod kubelet runs
+//	kubeletish exec NAME -- CMD...
 //
 // CONTAINERD_ADDRESS names containerd's socket; KUBELETISH_STATE where pods
 // are recorded (/run).
@@ -22,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +80,13 @@ func run(args []string) error {
 		return waitReady(ctx)
 	case "remove":
 		return remove(ctx, args[1:])
+	case "pod":
+		return waitPod(ctx, args[1:])
+	case "exec":
+		return execIn(ctx, args[1:])
+	case "now":
+		fmt.Println(time.Now().UnixNano()) // busybox's date has no %N
+		return nil
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }
@@ -142,6 +152,12 @@ func runPod(ctx context.Context, args []string) error {
 	limit := fs.Int64("limit", 0, "memory limit in bytes, 0 for none")
 	wait := fs.Bool("wait", false, "wait for the container to exit and report how")
 	ns := fs.String("namespace", "default", "pod namespace")
+	handler := fs.String("handler", "", "runtime handler (RuntimeClass)")
+	image := fs.String("image", workload, "the container's image")
+	ctrName := fs.String("container", name, "the container's name")
+	labels, annotations := keyValues{}, keyValues{}
+	fs.Var(labels, "label", "pod label k=v (repeatable)")
+	fs.Var(annotations, "annotation", "pod annotation k=v (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -161,6 +177,8 @@ func runPod(ctx context.Context, args []string) error {
 	}
 	sandbox := &cri.PodSandboxConfig{
 		Metadata:     &cri.PodSandboxMetadata{Name: name, Uid: uid, Namespace: *ns},
+		Labels:       labels,
+		Annotations:  annotations,
 		LogDirectory: "/var/log/pods/" + uid,
 		Linux: &cri.LinuxPodSandboxConfig{
 			CgroupParent:    parent,
@@ -168,7 +186,7 @@ func runPod(ctx context.Context, args []string) error {
 		},
 	}
 	start := time.Now()
-	sb, err := rs.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandbox, RuntimeHandler: "runc"})
+	sb, err := rs.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandbox, RuntimeHandler: *handler})
 	if err != nil {
 		return fmt.Errorf("RunPodSandbox: %w", err)
 	}
@@ -179,11 +197,13 @@ func runPod(ctx context.Context, args []string) error {
 	ctr, err := rs.CreateContainer(ctx, &cri.CreateContainerRequest{
 		PodSandboxId: sb.PodSandboxId,
 		Config: &cri.ContainerConfig{
-			Metadata: &cri.ContainerMetadata{Name: name},
-			Image:    &cri.ImageSpec{Image: workload},
-			Args:     fs.Args(),
-			LogPath:  name + ".log",
-			Linux:    &cri.LinuxContainerConfig{Resources: res},
+			Metadata:    &cri.ContainerMetadata{Name: *ctrName},
+			Image:       &cri.ImageSpec{Image: *image},
+			Labels:      map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": *ns, "io.kubernetes.container.name": *ctrName},
+			Annotations: annotations,
+			Args:        fs.Args(),
+			LogPath:     name + ".log",
+			Linux:       &cri.LinuxContainerConfig{Resources: res},
 		},
 		SandboxConfig: sandbox,
 	})
@@ -264,7 +284,9 @@ func resize(ctx context.Context, args []string) error {
 	}
 	defer done()
 	_, err = rs.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{ContainerId: id,
-		Linux: &cri.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, OomScoreAdj: -997, Unified: groupKill()}})
+		// As kubelet encodes a resize of a Guaranteed pod to cpu 100m, memory 96Mi.
+		Linux: &cri.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 10000, CpuShares: 102,
+			MemoryLimitInBytes: 96 << 20, OomScoreAdj: -997, Unified: groupKill()}})
 	if err != nil {
 		return fmt.Errorf("UpdateContainerResources: %w", err)
 	}
@@ -341,4 +363,91 @@ func groupKill() map[string]string {
 		return nil
 	}
 	return map[string]string{"memory.oom.group": "1"}
+}
+
+// keyValues collects repeated k=v flags.
+type keyValues map[string]string
+
+func (kv keyValues) String() string { return fmt.Sprint(map[string]string(kv)) }
+func (kv keyValues) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("%q: want k=v", s)
+	}
+	kv[k] = v
+	return nil
+}
+
+// waitPod waits until the container of the pod kubelet runs as NAME (a
+// static pod: NAME-node) is in the state asked for, records it for inspect
+// and exec, and reports when it started and how it ended.
+func waitPod(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("pod NAME …")
+	}
+	name := args[0]
+	fs := flag.NewFlagSet("pod", flag.ContinueOnError)
+	until := fs.String("until", "running", "running, exited, or gone (none running)")
+	timeout := fs.Duration("timeout", 150*time.Second, "how long to wait")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	want := map[string]cri.ContainerState{"running": cri.ContainerState_CONTAINER_RUNNING, "exited": cri.ContainerState_CONTAINER_EXITED}[*until]
+	for {
+		list, err := rs.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{
+			LabelSelector: map[string]string{"io.kubernetes.pod.name": name + "-node"}}})
+		if err == nil && *until == "gone" && !slices.ContainsFunc(list.Containers, func(c *cri.Container) bool {
+			return c.State == cri.ContainerState_CONTAINER_RUNNING
+		}) {
+			fmt.Printf("@@RESULT pod=%s state=gone\n", name)
+			return nil
+		}
+		if err == nil {
+			for _, c := range list.Containers {
+				st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: c.Id})
+				if err != nil || st.Status.State != want {
+					continue
+				}
+				if err := os.WriteFile(filepath.Join(state, "pod-"+name), []byte(c.Id), 0o644); err != nil {
+					return err
+				}
+				fmt.Printf("@@RESULT pod=%s state=%s started_ns=%d exit=%d reason=%s\n", name, st.Status.State,
+					st.Status.StartedAt, st.Status.ExitCode, st.Status.Reason)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Printf("@@RESULT pod=%s state=timeout\n", name)
+			return fmt.Errorf("pod %s: no container %s within %s", name, *until, *timeout)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// execIn runs a command in the pod's container, as kubectl exec does.
+func execIn(ctx context.Context, args []string) error {
+	if len(args) < 3 || args[1] != "--" {
+		return errors.New("exec NAME -- CMD...")
+	}
+	rs, id, done, err := podClient(args[0])
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := rs.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: args[2:], Timeout: 60})
+	if err != nil {
+		return fmt.Errorf("ExecSync: %w", err)
+	}
+	os.Stdout.Write(r.Stdout)
+	os.Stderr.Write(r.Stderr)
+	fmt.Printf("@@RESULT exec=%s exit=%d\n", args[0], r.ExitCode)
+	return nil
 }

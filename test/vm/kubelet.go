@@ -1,0 +1,435 @@
+package vm
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oomguard/oomguard/test/runcbundle"
+)
+
+// The kubelet scenarios: a real kubelet, standalone, runs static pods on a
+// real runtime in the VM, and sets them up as it does on every node —
+// Guaranteed: oom_score_adj -997 and memory.oom.group 1. Both incidents run in
+// one boot: the VM-like pod hits its limit (a cgroup OOM), then a Guaranteed
+// pod whose limit is larger than what the node has left fills the node (a
+// global OOM, as with the notes' 178 GiB limit on a 192 GiB node).
+
+// kubeNodeMB is the VM's memory, and fillerLimit the filler pod's limit:
+// more than the node has left once kubelet and the runtime run.
+const (
+	kubeNodeMB  = 1280
+	fillerLimit = "1000Mi"
+)
+
+// kubeDaemons stand for the node's daemons: their loss is what takes a node down.
+var kubeDaemons = []string{"sshd", "systemd-networkd", "rpcbind", "agetty"}
+
+// watchInit is a VM-like pod that runs idle, and says what score it started
+// at and, when that was kubelet's -997, how long until it was not.
+const watchInit = `#!/bin/sh
+read t0 _ < /proc/uptime
+s0=$(cat /proc/self/oom_score_adj)
+i=0
+while [ "$s0" = -997 ] && [ "$(cat /proc/self/oom_score_adj)" = -997 ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done
+read t1 _ < /proc/uptime
+echo "@@RESULT watch=1 first=$s0 now=$(cat /proc/self/oom_score_adj) after_s=$(echo "$t1 $t0" | awk '{print $1-$2}')"
+sleep 100000 &
+sleep 100000 &
+wait
+`
+
+// kubeScript installs oomguard as the variant says, starts the node, and
+// runs both incidents through kubelet: first an idle VM-like pod, a pod that
+// forges containerd's namespace key (CRI-O copies pod annotations into the
+// spec) with a low score annotation, a process exec'd into the idle pod, and
+// the doctor's view of the node.
+var kubeScript = `# selectors: a pod per selector of the policy, through kubelet (the runtime
+# handler through the CRI: a standalone kubelet cannot resolve a
+# RuntimeClass), each inspected, then all removed.
+selectors() {
+	for p in ` + selectorPodNames + `; do add_pod $p; done
+	kubeletish run sel-handler --handler sysbox-runc --namespace sel -- /bin/sleep 100000 >/dev/null
+	for p in ` + selectorPodNames + `; do wait_pod $p; kubeletish inspect $p $p; done
+	kubeletish inspect sel-handler sel-handler
+	rm -f /etc/kubernetes/manifests/sel-*.yaml
+	kubeletish remove sel-handler
+	for p in ` + selectorPodNames + `; do kubeletish pod $p --until gone >/dev/null; done
+}
+case $VARIANT in
+*nri-external*) oomguard-nri install --nri-only | sed 's/^/@@INSTALL /' ;;
+*nri*) oomguard-nri install | sed 's/^/@@INSTALL /' ;;
+*hook*) oomguard-hook install --hook-path /oomguard/bin/oomguard-hook | sed 's/^/@@INSTALL /' ;;
+esac
+start_runtime
+case $VARIANT in *nri-external*) start_plugin ;; esac
+start_daemons ` + "sshd systemd-networkd rpcbind agetty" + `
+start_kubelet
+add_pod idle
+wait_pod idle
+kubeletish inspect idle idle
+add_pod forger
+wait_pod forger
+kubeletish inspect forger forger
+kubeletish exec idle -- sleep 8 &
+i=0; while ! p=$(pid_of "sleep 8") && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "@@RESULT exec=started score=$(cat /proc/$p/oom_score_adj)"
+sleep 4
+echo "@@RESULT exec=later score=$(cat /proc/$p/oom_score_adj)"
+case $VARIANT in without) ;; *) selectors ;; esac
+doctor --daemons sshd,systemd-networkd,rpcbind,agetty
+kubeletish resize idle
+kubeletish inspect idle resized
+pod_log idle
+add_pod vm
+wait_pod vm exited
+pod_log vm
+add_pod filler
+wait_pod filler exited
+check_daemons ` + "sshd systemd-networkd rpcbind agetty" + `
+report
+`
+
+// kubeSetup puts the node together: rt, kubelet, the static pods, the
+// daemons' stand-ins; verifying every 2 s, so the VM need not wait a minute.
+func kubeSetup(rt Runtime) func(g *Guest) error {
+	return func(g *Guest) error {
+		hog, err := os.ReadFile(g.Bin("guest"))
+		if err != nil {
+			return err
+		}
+		if err := WithRuntime(g, rt, map[string]runcbundle.ImageFile{
+			"/sbin/init":               {Data: []byte(vmLikeInit), Mode: 0o755},
+			"/lib/systemd/systemd":     {Data: []byte(podInit), Mode: 0o755},
+			"/usr/lib/systemd/systemd": {Data: []byte(watchInit), Mode: 0o755},
+			"/bin/hog":                 {Data: hog, Mode: 0o755},
+			"/bin/sel-cmd":             {Data: []byte("#!/bin/sh\nexec sleep 100000\n"), Mode: 0o755},
+		}); err != nil {
+			return err
+		}
+		if err := WithKubelet(g, rt); err != nil {
+			return err
+		}
+		for _, d := range kubeDaemons {
+			if err := g.CopyFile("/daemons/"+d, g.Bin("guest")); err != nil {
+				return err
+			}
+		}
+		fast, err := guestConfig(g.env.RepoDir, "2s")
+		if err != nil {
+			return err
+		}
+		fast = append(fast, selectorRules...)
+		g.File("/etc/oomguard/config.toml", fast, 0o644)
+		g.File(GuestConfig, fast, 0o644)
+		for _, p := range []Pod{
+			{Name: "idle", Namespace: "ml", Command: []string{"/usr/lib/systemd/systemd"}, Memory: "64Mi"},
+			{Name: "forger", Namespace: "ml", Command: []string{"/usr/lib/systemd/systemd"}, Memory: "32Mi", Annotations: map[string]string{
+				"io.kubernetes.cri.sandbox-namespace": "kube-system", "io.kubernetes.cri.sandbox-name": "coredns",
+				"oomguard.io/oom-score-adj": "-1000"}},
+			{Name: "vm", Namespace: "ml", Command: []string{"/sbin/init"}, Memory: "48Mi"},
+			{Name: "filler", Namespace: "ml", Command: []string{"/lib/systemd/systemd"}, Memory: fillerLimit},
+		} {
+			p.File(g)
+		}
+		for _, sel := range selectorPods {
+			sel.Pod.File(g)
+		}
+		return nil
+	}
+}
+
+func kubeScenario(name string, rt Runtime, variants ...Variant) Scenario {
+	for i := range variants {
+		if variants[i].Setup == nil {
+			variants[i].Setup = kubeSetup(rt)
+		}
+	}
+	return Scenario{Name: name, Title: "Through a real kubelet on " + rt.Component, MemoryMB: kubeNodeMB,
+		Script: kubeScript, Variants: variants, Slow: true, Timeout: 8 * time.Minute}
+}
+
+// selectorPods has a static pod for each selector of the policy but the
+// runtime handler, and the score its rule in selectorRules gives; below the
+// VM-like pods' 900, and the pods are gone before the incidents.
+var selectorPods = []struct {
+	Pod   Pod
+	Score string
+}{
+	{Pod{Name: "sel-namespace", Namespace: "sel-ns"}, "801"},
+	{Pod{Name: "sel-container", Container: "sel-ctr"}, "802"},
+	{Pod{Name: "sel-labels", Labels: map[string]string{"oomguard.test/sel": "label"}}, "803"},
+	{Pod{Name: "sel-annotations", Annotations: map[string]string{"oomguard.test/sel": "annotation"}}, "804"},
+	{Pod{Name: "sel-qos", Memory: "-"}, "805"}, // BestEffort
+	{Pod{Name: "sel-command", Command: []string{"/bin/sel-cmd"}}, "806"},
+	{Pod{Name: "sel-image", Image: SelectorImage}, "807"},
+}
+
+var selectorPodNames = func() string {
+	var names []string
+	for _, s := range selectorPods {
+		names = append(names, s.Pod.Name)
+	}
+	return strings.Join(names, " ")
+}()
+
+func init() {
+	for i := range selectorPods {
+		p := &selectorPods[i].Pod
+		p.Namespace = cmp.Or(p.Namespace, "sel")
+		if len(p.Command) == 0 {
+			p.Command = []string{"/bin/sleep", "100000"}
+		}
+		switch p.Memory {
+		case "":
+			p.Memory = "16Mi" // Guaranteed: only sel-qos is BestEffort
+		case "-":
+			p.Memory = ""
+		}
+	}
+}
+
+// selectorRules follow the shipped ones, one per selector.
+var selectorRules = []byte(`
+[[rule]]
+name = "sel-namespace"
+oom_score_adj = 801
+[rule.match]
+namespaces = ["sel-ns"]
+
+[[rule]]
+name = "sel-container"
+oom_score_adj = 802
+[rule.match]
+containers = ["sel-ctr"]
+
+[[rule]]
+name = "sel-labels"
+oom_score_adj = 803
+[rule.match]
+pod_labels = { "oomguard.test/sel" = "label" }
+
+[[rule]]
+name = "sel-annotations"
+oom_score_adj = 804
+[rule.match]
+annotations = { "oomguard.test/sel" = "annotation" }
+
+[[rule]]
+name = "sel-qos"
+oom_score_adj = 805
+[rule.match]
+qos = ["BestEffort"]
+
+[[rule]]
+name = "sel-command"
+oom_score_adj = 806
+[rule.match]
+command = '(^|/)sel-cmd$'
+
+[[rule]]
+name = "sel-image"
+oom_score_adj = 807
+[rule.match]
+images = ["registry.example/oomguard/selector:*"]
+`)
+
+// selectorsMatched: every selector pod got its rule's score, and the one on
+// the sysbox-runc handler the shipped sysbox rule's 900 where the handler is
+// known (NRI), else kept the runtime's -997.
+func selectorsMatched(r *Run, handlerKnown bool) error {
+	var wrong []string
+	for _, s := range selectorPods {
+		if m := inspected(r, s.Pod.Name); m == nil || m["oom_score_adj"] != s.Score {
+			wrong = append(wrong, fmt.Sprintf("%s: %v, want %s", s.Pod.Name, m, s.Score))
+		}
+	}
+	handler := "900"
+	if !handlerKnown {
+		handler = "-997"
+	}
+	if m := inspected(r, "sel-handler"); m == nil || m["oom_score_adj"] != handler {
+		wrong = append(wrong, fmt.Sprintf("sel-handler: %v, want %s", m, handler))
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("selectors not matched as their rules say:\n  %s", strings.Join(wrong, "\n  "))
+	}
+	return nil
+}
+
+// kubeIncidents: without oomguard kubelet's settings stand, the VM-like pod
+// dies whole and the node daemons die before the filler; with it, only the
+// runaways die, a forged namespace buys nothing, an exec'd process ends at the
+// guarded score, and the doctor finds no group kill.
+func kubeIncidents(r *Run, guarded bool) error {
+	by := ""
+	if guarded {
+		by = "nri"
+	}
+	return kubeIncidentsBy(r, by)
+}
+
+// kubeIncidentsBy is kubeIncidents for oomguard installed as by ("nri",
+// "hook", or "" for none). The plugin puts the score in the spec (which exec
+// uses) and re-asserts it; the hook changes the init's score only, and exec
+// takes the spec's. No runtime writes the runtime handler into a container's
+// spec (only the sandbox's), so the hook cannot match on it.
+func kubeIncidentsBy(r *Run, by string) error {
+	guarded, execFixed := by != "", by == "nri"
+	wantScore, wantGroup, wantDoctor := "-997", "1", "4"
+	if guarded {
+		wantScore, wantGroup, wantDoctor = "900", "0", "0"
+	}
+	for _, pod := range []string{"idle", "forger", "resized"} {
+		group := wantGroup
+		if pod == "resized" && by == "hook" {
+			group = "1" // kubelet's resize sets it again, and no hook runs then
+		}
+		if m := inspected(r, pod); m == nil || m["oom_score_adj"] != wantScore || m["oom_group"] != group {
+			return fmt.Errorf("pod %s: %v, want oom_score_adj %s and memory.oom.group %s", pod, m, wantScore, group)
+		}
+	}
+	if guarded {
+		if err := selectorsMatched(r, by == "nri"); err != nil {
+			return err
+		}
+	}
+	if g := severity(r, "group-kill"); g != wantDoctor {
+		return fmt.Errorf("the doctor's group-kill severity is %s, want %s", g, wantDoctor)
+	}
+	if later := result(r, "exec", "later"); execFixed && later["score"] != "900" {
+		return fmt.Errorf("a process exec'd into the guarded pod is at %s a few seconds later, want 900", later["score"])
+	}
+	vm := podResult(r, "vm")
+	if guarded {
+		if err := onlyRunawayDied(r); err != nil && r.Result("pid1") == nil {
+			return fmt.Errorf("the VM-like pod's init must outlive its runaway: %v (pod %v)", err, vm)
+		}
+	} else if r.Result("pid1") != nil || vm["exit"] != "137" {
+		return fmt.Errorf("without oomguard the VM-like pod must die whole (exit 137): pod %v, init %v", vm, r.Result("pid1"))
+	}
+	dead := deadDaemons(r)
+	if guarded && len(dead) > 0 {
+		return fmt.Errorf("node daemons died: %v; the kernel killed %s", dead, list(r.KilledComms()))
+	}
+	if !guarded && len(dead) == 0 {
+		return fmt.Errorf("no node daemon died (the kernel killed %s): the global OOM did not reproduce", list(r.KilledComms()))
+	}
+	return nil
+}
+
+// result is the first "@@RESULT key=value …" line.
+func result(r *Run, key, value string) map[string]string {
+	for _, m := range r.Results {
+		if m[key] == value {
+			return m
+		}
+	}
+	return nil
+}
+
+// podResult is the pod's last "@@RESULT pod=NAME …" line.
+func podResult(r *Run, name string) map[string]string {
+	var last map[string]string
+	for _, m := range r.Results {
+		if m["pod"] == name {
+			last = m
+		}
+	}
+	return last
+}
+
+func unguarded(r *Run) error { return kubeIncidents(r, false) }
+
+// guarded: as kubeIncidents, and the runtime took the score the plugin asked
+// for at creation.
+func guarded(r *Run) error {
+	if fixedAtStart(r, "idle") {
+		return fmt.Errorf("the plugin had to fix the idle pod after start: the runtime ignored its score adjustment")
+	}
+	return kubeIncidents(r, true)
+}
+func hookGuarded(r *Run) error { return kubeIncidentsBy(r, "hook") }
+
+// fixedAfterStart: containerd before 1.7.26 ignores NRI's score adjustment;
+// the plugin's PostStartContainer writes it, so the container starts at -997
+// and is at 900 shortly after, and an exec'd process (the spec's -997) once
+// the verifier has run.
+func fixedAfterStart(r *Run) error {
+	if !fixedAtStart(r, "idle") {
+		return fmt.Errorf("the plugin did not fix the idle pod after start: the runtime took the score adjustment it ignores before 1.7.26")
+	}
+	if w := r.Result("watch"); w == nil || w["now"] != "900" {
+		return fmt.Errorf("the idle pod's init: %v, want 900 shortly after start", w)
+	}
+	return kubeIncidents(r, true)
+}
+
+// fixedAtStart: the plugin's log says it had to fix static pod name's
+// container after it started.
+func fixedAtStart(r *Run, pod string) bool {
+	for _, l := range strings.Split(r.Console, "\n") {
+		if strings.Contains(l, `msg="fixed after start"`) && strings.Contains(l, " pod=ml/"+pod+"-node ") {
+			return true
+		}
+	}
+	return false
+}
+
+// PodStarts is how long each static pod took from its manifest appearing to
+// its container running, as the runtime reports the container's start.
+func PodStarts(r *Run) []time.Duration {
+	var out []time.Duration
+	for _, added := range r.Results {
+		name := added["added"]
+		if name == "" {
+			continue
+		}
+		at, err1 := strconv.ParseInt(added["at_ns"], 10, 64)
+		var pod map[string]string
+		for _, m := range r.Results {
+			if m["pod"] == name && m["started_ns"] != "" {
+				pod = m
+				break
+			}
+		}
+		started, err2 := strconv.ParseInt(pod["started_ns"], 10, 64)
+		if err1 != nil || err2 != nil || started <= at {
+			continue
+		}
+		out = append(out, time.Duration(started-at))
+	}
+	return out
+}
+
+// PodStartTable compares, per kubelet scenario, the median pod start with
+// oomguard-nri to the one without it: the plugin's end-to-end cost through
+// a real kubelet and runtime (goal ≤ 1.05×). Few pods per boot, in a VM
+// without KVM: a report, not an assertion.
+func PodStartTable(starts map[string][]time.Duration) string {
+	var b strings.Builder
+	b.WriteString("pod start through kubelet (manifest to container running), median of each boot's pods:\n")
+	for _, key := range slices.Sorted(maps.Keys(starts)) {
+		scenario, variant, _ := strings.Cut(key, "/")
+		base := starts[scenario+"/without"]
+		if variant == "without" || len(base) == 0 || len(starts[key]) == 0 {
+			continue
+		}
+		with, without := median(starts[key]), median(base)
+		ratio := float64(with) / float64(without)
+		fmt.Fprintf(&b, "  %-28s %-18s %8s vs %8s without: %.2f× (goal ≤ 1.05×)\n", scenario, variant,
+			with.Round(time.Millisecond), without.Round(time.Millisecond), ratio)
+	}
+	return b.String()
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

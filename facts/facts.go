@@ -181,9 +181,30 @@ func Image(runtime string, ann map[string]string) string {
 	case RuntimeContainerd:
 		return ann[containerdImage]
 	case RuntimeCRIO:
-		return first(ann, crioImage, crioImageName)
+		// kubelet asks CRI-O for the image by ID; then its ImageName is the name.
+		if img := ann[crioImage]; img != "" && !isImageID(img) {
+			return img
+		}
+		return first(ann, crioImageName, crioImage)
 	}
 	return ""
+}
+
+// isImageID reports whether s is an image ID ("sha256:…", or 64 hex digits)
+// rather than a name.
+func isImageID(s string) bool {
+	if rest, ok := strings.CutPrefix(s, "sha256:"); ok {
+		s = rest
+	}
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // RuntimeNamed maps the name a runtime gives itself (in NRI's Configure:

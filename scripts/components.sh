@@ -32,12 +32,13 @@ built() {
 }
 
 # module NAME DIR MODFILE BIN=PKG...: go build each PKG of the Go module in
-# DIR, pinned by MODFILE (go.mod or another) and its .sum.
+# DIR, pinned by MODFILE (go.mod or another), its .sum and DIR's sources.
 module() {
 	local name=$1 dir=$2 modfile=$3 start=$SECONDS
 	shift 3
 	local sum=${modfile%.mod}.sum
-	fresh "$name" "$dir/$modfile" "$dir/$sum" && return
+	# shellcheck disable=SC2046 # the module's own sources are pins too
+	fresh "$name" "$dir/$modfile" "$dir/$sum" $(find "$dir" -name '*.go' | sort) && return
 	for b in "$@"; do
 		(cd "$dir" && GOFLAGS="-mod=mod -modfile=$modfile" "$gobuild" "$dest/$name/${b%%=*}" "${b#*=}")
 	done

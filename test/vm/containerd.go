@@ -2,6 +2,7 @@ package vm
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,8 @@ func (e *Env) component(name, bin string) (string, error) {
 const (
 	PauseImage    = "registry.k8s.io/pause:3.10"
 	WorkloadImage = "registry.example/oomguard/workload:1"
-	// SelectorImage is the workload under another name, for rules on images.
+	// SelectorImage is the workload with one file more: an image of its own
+	// (another ID), for rules on images.
 	SelectorImage = "registry.example/oomguard/selector:2"
 )
 
@@ -213,9 +215,15 @@ func WithRuntime(g *Guest, rt Runtime, files map[string]runcbundle.ImageFile) er
 	if err != nil {
 		return err
 	}
+	withMarker := maps.Clone(files)
+	withMarker["/etc/selector"] = runcbundle.ImageFile{Data: []byte("selector\n"), Mode: 0o644}
+	sel, err := runcbundle.BusyboxImage(withMarker, []string{"/bin/sh"})
+	if err != nil {
+		return err
+	}
 	var index strings.Builder
 	for _, name := range []string{PauseImage, WorkloadImage, SelectorImage} {
-		img := map[string]v1.Image{PauseImage: pause, WorkloadImage: work, SelectorImage: work}[name]
+		img := map[string]v1.Image{PauseImage: pause, WorkloadImage: work, SelectorImage: sel}[name]
 		archive := filepath.Join(g.dir, strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
 		if err := runcbundle.WriteOCIArchive(archive, name, img); err != nil {
 			return err

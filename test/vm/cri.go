@@ -7,9 +7,10 @@ import (
 	"github.com/oomguard/oomguard/test/runcbundle"
 )
 
-// The CRI scenarios: containerd 2.x in the VM, pods created through the CRI
-// as kubelet creates them, and oomguard-nri installed by its own install
-// command — launched by containerd, or as an external process.
+// The CRI scenario: containerd 2.x in the VM and the plugin's life beside
+// it (started late, killed, containerd restarted), with pods made through
+// the CRI by kubeletish, which can stop and restart at any step; the
+// incidents themselves run through a real kubelet (kubelet.go).
 
 func criSetup(g *Guest) error {
 	hog, err := os.ReadFile(g.Bin("guest"))
@@ -24,21 +25,6 @@ func criSetup(g *Guest) error {
 		"/bin/hog":                 {Data: hog, Mode: 0o755},
 	})
 }
-
-func criDaemons(g *Guest) error {
-	if err := criSetup(g); err != nil {
-		return err
-	}
-	for _, d := range criNodeDaemons {
-		if err := g.CopyFile("/daemons/"+d, g.Bin("guest")); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// criNodeDaemons stand for the node's daemons; the real containerd runs too.
-var criNodeDaemons = []string{"sshd", "systemd-networkd", "kubelet", "containerd-daemon"}
 
 // inspected finds "@@RESULT inspect=LABEL …".
 func inspected(r *Run, label string) map[string]string {
@@ -56,79 +42,6 @@ func expectInspect(r *Run, label, score, group string) error {
 		return fmt.Errorf("%s: %v, want oom_score_adj %s and memory.oom.group %s", label, m, score, group)
 	}
 	return nil
-}
-
-func criCgroupOOM() Scenario {
-	return Scenario{
-		Name:     "cri-cgroup-oom",
-		Title:    "Through containerd's CRI: a VM-like pod hits its memory limit",
-		MemoryMB: 1024,
-		Slow:     true,
-		Script: `case $VARIANT in
-with-nri) oomguard-nri install | sed 's/^/@@INSTALL /' ;;
-esac
-start_containerd
-kubeletish import /images/*.tar
-kubeletish run vm --limit 50331648 --wait -- /sbin/init
-report
-`,
-		Variants: []Variant{
-			{Name: "without", Setup: criSetup, Check: func(r *Run) error {
-				if r.Result("pid1") != nil {
-					return fmt.Errorf("the container's init survived: memory.oom.group = 1 should have killed it")
-				}
-				if m := r.Result("exit"); m == nil || m["exit"] != "137" {
-					return fmt.Errorf("the container ended with %v, want exit 137", m)
-				}
-				return nil
-			}},
-			{Name: "with-nri", Setup: criSetup, Check: func(r *Run) error {
-				if r.Result("imported") == nil {
-					return fmt.Errorf("images were not imported")
-				}
-				return onlyRunawayDied(r)
-			}},
-		},
-	}
-}
-
-func criGlobalOOM() Scenario {
-	return Scenario{
-		Name:     "cri-global-oom",
-		Title:    "Through containerd's CRI: a Guaranteed pod's runaway fills the node",
-		MemoryMB: 1024,
-		Slow:     true,
-		Script: `case $VARIANT in
-with-nri-external) oomguard-nri install --nri-only | sed 's/^/@@INSTALL /' ;;
-esac
-start_containerd
-kubeletish import /images/*.tar
-case $VARIANT in
-with-nri-external) start_plugin ;;
-esac
-start_daemons ` + "sshd systemd-networkd kubelet containerd-daemon" + `
-kubeletish run pod --wait -- /lib/systemd/systemd
-check_daemons ` + "sshd systemd-networkd kubelet containerd-daemon" + `
-report
-`,
-		Variants: []Variant{
-			{Name: "without", Setup: criDaemons, Check: func(r *Run) error {
-				if len(deadDaemons(r)) == 0 || len(r.Killed) == 0 || r.Killed[0].Comm == "hog" {
-					return fmt.Errorf("the kernel killed %s and daemons %v died: the incident did not reproduce", list(r.KilledComms()), deadDaemons(r))
-				}
-				return nil
-			}},
-			{Name: "with-nri-external", Setup: criDaemons, Check: func(r *Run) error {
-				if dead := deadDaemons(r); len(dead) > 0 {
-					return fmt.Errorf("node daemons died: %v; the kernel killed %s", dead, list(r.KilledComms()))
-				}
-				if len(r.Killed) == 0 || r.Killed[0].Comm != "hog" || r.Killed[0].Adj != 900 {
-					return fmt.Errorf("the kernel killed %s, want the runaway first at 900", list(r.KilledComms()))
-				}
-				return nil
-			}},
-		},
-	}
 }
 
 func criLifecycle() Scenario {

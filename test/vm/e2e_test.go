@@ -37,7 +37,11 @@ func TestE2EScenarios(t *testing.T) {
 				starts[s.Name+"/"+v.Name] = PodStarts(run)
 				mu.Unlock()
 				t.Logf("%s/%s in %s: killed %s", s.Name, v.Name, run.Elapsed.Round(1e8), list(run.KilledComms()))
-				if err := v.Check(run); err != nil {
+				err = v.Check(run)
+				for _, n := range run.Notes {
+					t.Log(n)
+				}
+				if err != nil {
 					t.Fatalf("%v\nconsole:\n%s", err, run.Console)
 				}
 			})

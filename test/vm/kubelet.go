@@ -54,7 +54,7 @@ var kubeScript = `# selectors: a pod per selector of the policy, through kubelet
 # RuntimeClass), each inspected, then all removed.
 selectors() {
 	for p in ` + selectorPodNames + `; do add_pod $p; done
-	kubeletish run sel-handler --handler sysbox-runc --namespace sel -- /bin/sleep 100000 >/dev/null
+	kubeletish run sel-handler --handler sysbox-runc --namespace sel -- /bin/sleep 100000
 	for p in ` + selectorPodNames + `; do wait_pod $p; kubeletish inspect $p $p; done
 	kubeletish inspect sel-handler sel-handler
 	rm -f /etc/kubernetes/manifests/sel-*.yaml
@@ -97,7 +97,10 @@ report
 
 // kubeSetup puts the node together: rt, kubelet, the static pods, the
 // daemons' stand-ins; verifying every 2 s, so the VM need not wait a minute.
-func kubeSetup(rt Runtime) func(g *Guest) error {
+func kubeSetup(rt Runtime) func(g *Guest) error { return kubeSetupVerifying(rt, "2s") }
+
+// kubeSetupVerifying is kubeSetup with the plugin verifying every interval.
+func kubeSetupVerifying(rt Runtime, interval string) func(g *Guest) error {
 	return func(g *Guest) error {
 		hog, err := os.ReadFile(g.Bin("guest"))
 		if err != nil {
@@ -120,7 +123,7 @@ func kubeSetup(rt Runtime) func(g *Guest) error {
 				return err
 			}
 		}
-		fast, err := guestConfig(g.env.RepoDir, "2s")
+		fast, err := guestConfig(g.env.RepoDir, interval)
 		if err != nil {
 			return err
 		}
@@ -240,17 +243,22 @@ images = ["registry.example/oomguard/selector:*"]
 `)
 
 // selectorsMatched: every selector pod got its rule's score, and the one on
-// the sysbox-runc handler the shipped sysbox rule's 900 where the handler is
-// known (NRI), else kept the runtime's -997.
-func selectorsMatched(r *Run, handlerKnown bool) error {
+// the sysbox-runc handler the shipped sysbox rule's 900. The hook sees only
+// the container's spec, which holds neither the pod's labels nor its runtime
+// handler (both are in the sandbox's): there those pods keep kubelet's -997.
+func selectorsMatched(r *Run, hook bool) error {
 	var wrong []string
 	for _, s := range selectorPods {
-		if m := inspected(r, s.Pod.Name); m == nil || m["oom_score_adj"] != s.Score {
-			wrong = append(wrong, fmt.Sprintf("%s: %v, want %s", s.Pod.Name, m, s.Score))
+		want := s.Score
+		if hook && s.Pod.Name == "sel-labels" {
+			want = "-997"
+		}
+		if m := inspected(r, s.Pod.Name); m == nil || m["oom_score_adj"] != want {
+			wrong = append(wrong, fmt.Sprintf("%s: %v, want %s", s.Pod.Name, m, want))
 		}
 	}
 	handler := "900"
-	if !handlerKnown {
+	if hook {
 		handler = "-997"
 	}
 	if m := inspected(r, "sel-handler"); m == nil || m["oom_score_adj"] != handler {
@@ -281,21 +289,20 @@ func kubeIncidents(r *Run, guarded bool) error {
 // spec (only the sandbox's), so the hook cannot match on it.
 func kubeIncidentsBy(r *Run, by string) error {
 	guarded, execFixed := by != "", by == "nri"
+	// "nri-poststart": the plugin on a runtime that ignores its score adjustment.
 	wantScore, wantGroup, wantDoctor := "-997", "1", "4"
 	if guarded {
 		wantScore, wantGroup, wantDoctor = "900", "0", "0"
 	}
+	// The hook runs only on CRI-O here, which drops the unified values of a
+	// resize (toOCIResources), so the group flag stays as the hook left it.
 	for _, pod := range []string{"idle", "forger", "resized"} {
-		group := wantGroup
-		if pod == "resized" && by == "hook" {
-			group = "1" // kubelet's resize sets it again, and no hook runs then
-		}
-		if m := inspected(r, pod); m == nil || m["oom_score_adj"] != wantScore || m["oom_group"] != group {
-			return fmt.Errorf("pod %s: %v, want oom_score_adj %s and memory.oom.group %s", pod, m, wantScore, group)
+		if m := inspected(r, pod); m == nil || m["oom_score_adj"] != wantScore || m["oom_group"] != wantGroup {
+			return fmt.Errorf("pod %s: %v, want oom_score_adj %s and memory.oom.group %s", pod, m, wantScore, wantGroup)
 		}
 	}
 	if guarded {
-		if err := selectorsMatched(r, by == "nri"); err != nil {
+		if err := selectorsMatched(r, by == "hook"); err != nil {
 			return err
 		}
 	}
@@ -356,29 +363,52 @@ func guarded(r *Run) error {
 }
 func hookGuarded(r *Run) error { return kubeIncidentsBy(r, "hook") }
 
-// fixedAfterStart: containerd before 1.7.26 ignores NRI's score adjustment;
-// the plugin's PostStartContainer writes it, so the container starts at -997
-// and is at 900 shortly after, and an exec'd process (the spec's -997) once
-// the verifier has run.
+// fixedAfterStart: containerd before 1.7.26 ignores NRI's score adjustment,
+// so the spec keeps kubelet's -997: an exec'd process starts there and, with
+// the verifier off, stays there. The plugin's PostStartContainer is what
+// fixes the container, and the note says how long after its creation.
 func fixedAfterStart(r *Run) error {
-	if !fixedAtStart(r, "idle") {
+	created, fixed, ok := pluginTimes(r, "idle", "decision", "fixed after start")
+	if !ok {
 		return fmt.Errorf("the plugin did not fix the idle pod after start: the runtime took the score adjustment it ignores before 1.7.26")
 	}
+	r.Notes = append(r.Notes, fmt.Sprintf("containerd 1.7.25: the idle pod's container was fixed by PostStartContainer %s after the plugin's create decision",
+		fixed.Sub(created).Round(time.Millisecond)))
 	if w := r.Result("watch"); w == nil || w["now"] != "900" {
-		return fmt.Errorf("the idle pod's init: %v, want 900 shortly after start", w)
+		return fmt.Errorf("the idle pod's init: %v, want 900 after start", w)
 	}
-	return kubeIncidents(r, true)
+	if s := result(r, "exec", "started"); s == nil || s["score"] != "-997" {
+		return fmt.Errorf("a process exec'd into the idle pod started at %v: want the spec's -997, which 1.7.25 keeps", s)
+	}
+	return kubeIncidentsBy(r, "nri-poststart")
+}
+
+// pluginTimes finds, in the plugin's log, the first line with msg first and
+// the first with msg then about static pod's container, and when they were logged.
+func pluginTimes(r *Run, pod, first, then string) (t1, t2 time.Time, ok bool) {
+	at := func(msg string) (time.Time, bool) {
+		for _, l := range strings.Split(r.Console, "\n") {
+			if !strings.Contains(l, "@@PLUGIN ") || !strings.Contains(l, " pod=ml/"+pod+"-node ") ||
+				!(strings.Contains(l, " msg="+msg+" ") || strings.Contains(l, ` msg="`+msg+`" `)) {
+				continue
+			}
+			_, rest, _ := strings.Cut(l, "time=")
+			ts, _, _ := strings.Cut(rest, " ")
+			t, err := time.Parse(time.RFC3339Nano, ts)
+			return t, err == nil
+		}
+		return time.Time{}, false
+	}
+	t1, ok1 := at(first)
+	t2, ok2 := at(then)
+	return t1, t2, ok1 && ok2
 }
 
 // fixedAtStart: the plugin's log says it had to fix static pod name's
 // container after it started.
 func fixedAtStart(r *Run, pod string) bool {
-	for _, l := range strings.Split(r.Console, "\n") {
-		if strings.Contains(l, `msg="fixed after start"`) && strings.Contains(l, " pod=ml/"+pod+"-node ") {
-			return true
-		}
-	}
-	return false
+	_, _, ok := pluginTimes(r, pod, "decision", "fixed after start")
+	return ok
 }
 
 // PodStarts is how long each static pod took from its manifest appearing to

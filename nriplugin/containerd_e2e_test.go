@@ -47,6 +47,12 @@ state = '%[1]s/state'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = '/usr/sbin/runc'
         SystemdCgroup = false
+    # A handler named as Sysbox's, for the shipped rule on runtime_handlers.
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sysbox-runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sysbox-runc.options]
+        BinaryName = '/usr/sbin/runc'
+        SystemdCgroup = false
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
@@ -154,6 +160,17 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	}
 	if !strings.Contains(pluginLog.String(), "rule=init-as-pid1 oom_score_adj=500→900 oom_group=\"unsupported (cgroup ") {
 		t.Fatalf("the decision must report the group unsupported:\n%s", pluginLog.String())
+	}
+
+	// The runtime handler is the pod's (RuntimeClass), which NRI passes with
+	// the pod: the shipped sysbox rule matches a container that is no init.
+	kubeletish("run", "handler", "--qos", "burstable", "--handler", "sysbox-runc", "--", "/bin/sleep", "2147483647")
+	t.Cleanup(func() { exec.Command(filepath.Join(comp, "kubeletish"), "remove", "handler").Run() })
+	if got := kubeletish("inspect", "handler"); !strings.Contains(got, "oom_score_adj=900") {
+		t.Fatalf("a container on the sysbox-runc handler: %s\nplugin:\n%s", got, pluginLog.String())
+	}
+	if !strings.Contains(pluginLog.String(), "rule=sysbox") {
+		t.Fatalf("the sysbox rule did not decide:\n%s", pluginLog.String())
 	}
 }
 

@@ -175,6 +175,9 @@ func runPod(ctx context.Context, args []string) error {
 	if *qos != "guaranteed" {
 		parent = "/kubepods/" + *qos + "/pod" + uid
 	}
+	// As kubelet asks for a host-network pod: no shared pid namespace, so
+	// CRI-O (drop_infra_ctr) runs no infra container.
+	namespaces := &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER}
 	sandbox := &cri.PodSandboxConfig{
 		Metadata:     &cri.PodSandboxMetadata{Name: name, Uid: uid, Namespace: *ns},
 		Labels:       labels,
@@ -182,7 +185,7 @@ func runPod(ctx context.Context, args []string) error {
 		LogDirectory: "/var/log/pods/" + uid,
 		Linux: &cri.LinuxPodSandboxConfig{
 			CgroupParent:    parent,
-			SecurityContext: &cri.LinuxSandboxSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}},
+			SecurityContext: &cri.LinuxSandboxSecurityContext{NamespaceOptions: namespaces},
 		},
 	}
 	start := time.Now()
@@ -203,7 +206,8 @@ func runPod(ctx context.Context, args []string) error {
 			Annotations: annotations,
 			Args:        fs.Args(),
 			LogPath:     name + ".log",
-			Linux:       &cri.LinuxContainerConfig{Resources: res},
+			Linux: &cri.LinuxContainerConfig{Resources: res,
+				SecurityContext: &cri.LinuxContainerSecurityContext{NamespaceOptions: namespaces}},
 		},
 		SandboxConfig: sandbox,
 	})

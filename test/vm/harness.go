@@ -34,8 +34,8 @@ func Scenarios() []Scenario {
 			Variant{Name: "without", Check: unguarded},
 			Variant{Name: "with-nri", Check: guarded},
 			Variant{Name: "with-hook", Check: hookGuarded}),
-		// kubelet's settings and the incidents without oomguard are as on 2.x.
 		kubeScenario("kubelet-containerd-1.7", Containerd17,
+			Variant{Name: "without", Check: unguarded},
 			Variant{Name: "with-nri", Check: guarded},
 			// The verifier off (60 s): only PostStartContainer can fix the score.
 			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s"), Check: fixedAfterStart}),

@@ -7,6 +7,12 @@ GOBUILD := ./scripts/gobuild
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 PROGRAMS := oomguard-hook oomguard-init oomguard-nri oomguard-doctor imagepatch
+# What --version says; the same commit gives the same stamp (and bytes). Not
+# in oomguard-init: imagepatch embeds it, and images would change with every
+# commit.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+STAMP := -X github.com/oomguard/oomguard/internal/version.Version=$(VERSION) -X github.com/oomguard/oomguard/internal/version.Commit=$(COMMIT)
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
 # Packages with goroutines run under the race detector.
@@ -28,7 +34,10 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	@set -e; for p in $(PROGRAMS); do $(GOBUILD) $(BIN)/$$p ./cmd/$$p; echo "built $(BIN)/$$p"; done
+	@set -e; for p in $(PROGRAMS); do \
+		stamp="$(STAMP)"; [ $$p = oomguard-init ] && stamp=; \
+		LDFLAGS="$$stamp" $(GOBUILD) $(BIN)/$$p ./cmd/$$p; echo "built $(BIN)/$$p"; \
+	done
 	@set -e; for a in $(SHIM_ARCHES); do \
 		GOOS=linux GOARCH=$$a $(GOBUILD) $(BIN)/oomguard-init-linux-$$a ./cmd/oomguard-init; echo "built $(BIN)/oomguard-init-linux-$$a"; \
 	done

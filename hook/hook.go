@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oomguard/oomguard/internal/version"
+
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/oomguard/oomguard/config"
@@ -75,7 +77,7 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	}
 	log, closer, logErr := logging.Open(logCfg, "oomguard-hook", stderr)
 	defer closer.Close()
-	log = log.With("component", "oomguard-hook")
+	log = log.With("component", "oomguard-hook", "version", version.Version)
 	if logErr != nil {
 		log.Warn("log file unavailable", "err", logErr)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oomguard/oomguard/internal/version"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -51,7 +53,10 @@ func NewMetrics() *Metrics {
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_nri_connected",
 			Help: "1 while connected to the runtime's NRI."}),
 	}
-	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration, m.connected)
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
+		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
+	buildInfo.WithLabelValues(version.Version, version.Commit).Set(1)
+	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration, m.connected, buildInfo)
 	return m
 }
 

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/oomguard/oomguard/internal/version"
+
 	"github.com/oomguard/oomguard/imagepatch"
 )
 
@@ -47,6 +49,10 @@ type flags struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if version.Asked(args) {
+		fmt.Fprintln(stdout, version.String("imagepatch"))
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {

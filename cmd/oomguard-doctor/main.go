@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oomguard/oomguard/internal/version"
+
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/doctor"
 	"github.com/oomguard/oomguard/internal/atomicfile"
@@ -26,6 +28,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if version.Asked(args) {
+		fmt.Fprintln(stdout, version.String("oomguard-doctor"))
+		return 0
+	}
 	fl := flag.NewFlagSet("oomguard-doctor", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	root := fl.String("root", "/", "the node's filesystem root, or a captured tree")

@@ -14,6 +14,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/oomguard/oomguard/internal/version"
+
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/hook"
 	"github.com/oomguard/oomguard/install"
@@ -39,6 +41,10 @@ Usage:
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if version.Asked(args) {
+		fmt.Fprintln(stdout, version.String("oomguard-hook"))
+		return 0
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "install", "print-config", "uninstall":

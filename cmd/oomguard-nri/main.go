@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/oomguard/oomguard/internal/version"
+
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/nriplugin"
@@ -41,6 +43,10 @@ Usage:
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if version.Asked(args) {
+		fmt.Fprintln(stdout, version.String("oomguard-nri"))
+		return 0
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "install", "uninstall":
@@ -81,6 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	log = log.With("component", "oomguard-nri")
+	log.Info("starting", "version", version.Version, "commit", version.Commit)
 	switch {
 	case cfgErr != nil:
 		log.Warn("configuration unusable; running with no rules until the runtime passes a configuration", "err", cfgErr)

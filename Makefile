@@ -24,11 +24,11 @@ FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:
 	./internal/escape:FuzzTerminal
 FUZZTIME ?= 3s
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/...
+HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./image/...
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench demo lint deps clean
+.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench demo lint deps clean image
 
 all: build
 
@@ -45,6 +45,17 @@ build:
 # The shims imagepatch embeds; a test checks they match a fresh build.
 shims: build
 	cp $(BIN)/oomguard-init-linux-amd64 $(BIN)/oomguard-init-linux-arm64 imagepatch/shim/
+
+# The release image: an OCI layout in build/image (and pushed when
+# IMAGE=registry/repo:tag is given), the same digest for the same commit.
+IMAGE ?=
+IMAGE_PROGRAMS := oomguard-nri oomguard-doctor oomguard-hook
+CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	@set -e; for a in $(SHIM_ARCHES); do for p in $(IMAGE_PROGRAMS); do \
+		GOOS=linux GOARCH=$$a LDFLAGS="$(STAMP)" $(GOBUILD) $(BUILD)/image-bin/$$a/$$p ./cmd/$$p; \
+	done; done
+	$(GO) run ./image --bin $(BUILD)/image-bin --out $(BUILD)/image --version $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
 
 # Binaries only the tests use: the VM's workload.
 test-bins:

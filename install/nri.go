@@ -152,6 +152,37 @@ nri_plugin_config_dir = %q
 `, cfg.NRI.Socket, PluginDir, PluginConfDir)
 }
 
+// importedDropIn is where oomguard's drop-in goes so that one of containerd's
+// imports reads it: oomguard's own path if an import covers it, else a file
+// named as oomguard's in the directory of the first import that is a glob
+// matching it. Relative imports are containerd's config directory's.
+func importedDropIn(imports []string) (dropIn, imp string) {
+	for _, imp := range imports {
+		if !filepath.IsAbs(imp) {
+			imp = filepath.Join(filepath.Dir(ContainerdConfig), imp)
+		}
+		if ok, _ := filepath.Match(imp, ContainerdDropIn); ok {
+			return ContainerdDropIn, imp
+		}
+	}
+	for _, imp := range imports {
+		if !filepath.IsAbs(imp) {
+			imp = filepath.Join(filepath.Dir(ContainerdConfig), imp)
+		}
+		dir, pattern := filepath.Split(imp)
+		if !strings.ContainsAny(pattern, "*?[") || strings.ContainsAny(dir, "*?[") {
+			continue
+		}
+		for _, ext := range []string{".toml", ".conf", ""} {
+			cand := filepath.Join(dir, path.Base(ContainerdDropIn[:len(ContainerdDropIn)-len(".toml")])+ext)
+			if ok, _ := filepath.Match(imp, cand); ok {
+				return cand, imp
+			}
+		}
+	}
+	return "", ""
+}
+
 var (
 	versionLine  = regexp.MustCompile(`(?m)^version\s*=\s*(\d+)\s*$`)
 	emptyImports = regexp.MustCompile(`(?m)^imports\s*=\s*\[\s*\]\s*$`)
@@ -175,24 +206,28 @@ func (w *files) containerd(cfg *config.Config, wantVersion int) error {
 	if version != 2 && version != 3 {
 		return fmt.Errorf("%s has version = %d: oomguard supports containerd 1.7 (version 2) and 2.x (version 3)", ContainerdConfig, version)
 	}
-	if err := w.writeFile(ContainerdDropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
-		return err
-	}
 	var parsed struct {
 		Imports []string `toml:"imports"`
 	}
 	if _, err := toml.Decode(string(main), &parsed); err != nil {
 		return fmt.Errorf("%s is not valid TOML (%v): fix it first", ContainerdConfig, err)
 	}
-	for _, imp := range parsed.Imports {
-		if ok, _ := filepath.Match(imp, ContainerdDropIn); ok || imp == ContainerdDropIn {
-			fmt.Fprintf(w.out, "unchanged %s (imports %s)\n", ContainerdConfig, imp)
-			return nil
-		}
-	}
 	if len(parsed.Imports) > 0 {
-		return fmt.Errorf("%s has imports %q that do not cover %s: add %q to its imports list and run install again",
-			ContainerdConfig, parsed.Imports, ContainerdDropIn, containerdImports)
+		// EKS's AL2 bootstrap imports /etc/containerd/config.d/*.toml: the
+		// drop-in goes where an import already reads, the main file untouched.
+		dropIn, imp := importedDropIn(parsed.Imports)
+		if dropIn == "" {
+			return fmt.Errorf("%s has imports %q, none a directory glob a drop-in can join: add %q to its imports list and run install again",
+				ContainerdConfig, parsed.Imports, containerdImports)
+		}
+		if err := w.writeFile(dropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(w.out, "unchanged %s (imports %s)\n", ContainerdConfig, imp)
+		return nil
+	}
+	if err := w.writeFile(ContainerdDropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
+		return err
 	}
 	line := fmt.Sprintf("imports = [%q]\n", containerdImports)
 	var updated []byte

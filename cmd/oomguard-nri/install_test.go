@@ -151,7 +151,11 @@ func containerdLoad(t *testing.T, root string) map[string]any {
 	}
 	imports, _ := main["imports"].([]any)
 	for _, imp := range imports {
-		matches, _ := filepath.Glob(filepath.Join(root, imp.(string)))
+		p := imp.(string)
+		if !filepath.IsAbs(p) { // containerd reads relative imports beside its config
+			p = filepath.Join(filepath.Dir(install.ContainerdConfig), p)
+		}
+		matches, _ := filepath.Glob(filepath.Join(root, p))
 		for _, m := range matches {
 			var sub map[string]any
 			sb, _ := os.ReadFile(m)
@@ -287,6 +291,90 @@ func TestInstallCRIO(t *testing.T) {
 	}
 }
 
+// The main config as EKS's AL2 bootstrap writes it: version 2, importing
+// /etc/containerd/config.d/*.toml, which is EKS's documented way to amend it.
+const eksAL2Config = `version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+imports = ["/etc/containerd/config.d/*.toml"]
+
+[grpc]
+address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+default_runtime_name = "runc"
+discard_unpacked_layers = true
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+SystemdCgroup = true
+`
+
+// As EKS AL2023's nodeadm renders its template (version 3, no imports): it
+// rewrites the file on every boot, which the DaemonSet's install re-applies.
+const nodeadmConfig = `version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+address = "/run/containerd/containerd.sock"
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+sandbox = "localhost/kubernetes/pause"
+
+[plugins."io.containerd.cri.v1.runtime".containerd]
+default_runtime_name = "runc"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+base_runtime_spec = "/etc/containerd/base-runtime-spec.json"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+BinaryName = "/usr/sbin/runc"
+SystemdCgroup = true
+`
+
+func TestInstallNodeShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name, main, dropIn string
+		mainChanged        bool
+	}{
+		{"EKS AL2 config.d import", eksAL2Config, "/etc/containerd/config.d/10-oomguard-nri.toml", false},
+		{"relative import", "version = 2\nimports = [\"conf.d/*.toml\"]\n", install.ContainerdDropIn, false},
+		{"EKS AL2023 nodeadm", nodeadmConfig, install.ContainerdDropIn, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, bin := installRoot(t, map[string]string{install.ContainerdConfig: tc.main})
+			out, code := runInstall(t, "install", "--root", root, "--binary", bin)
+			if code != 0 {
+				t.Fatalf("install: %d %s", code, out)
+			}
+			drop, err := os.ReadFile(filepath.Join(root, tc.dropIn))
+			if err != nil || !strings.Contains(string(drop), `[plugins."io.containerd.nri.v1.nri"]`) {
+				t.Fatalf("drop-in %s: %v\n%s\n%s", tc.dropIn, err, drop, out)
+			}
+			main, _ := os.ReadFile(filepath.Join(root, install.ContainerdConfig))
+			if changed := string(main) != tc.main; changed != tc.mainChanged {
+				t.Fatalf("main config changed=%v, want %v:\n%s", changed, tc.mainChanged, main)
+			}
+			if nri := containerdLoad(t, root); nri["disable"] != false {
+				t.Fatalf("containerd's merged view has NRI %v\n%s", nri, out)
+			}
+			if out, code := runInstall(t, "uninstall", "--root", root); code != 0 {
+				t.Fatalf("uninstall: %s", out)
+			}
+			if _, err := os.Stat(filepath.Join(root, tc.dropIn)); !os.IsNotExist(err) {
+				t.Fatalf("uninstall left %s", tc.dropIn)
+			}
+			if main, _ := os.ReadFile(filepath.Join(root, install.ContainerdConfig)); string(main) != tc.main {
+				t.Fatalf("uninstall did not restore the main config:\n%s", main)
+			}
+		})
+	}
+}
+
 func TestInstallErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -296,7 +384,7 @@ func TestInstallErrors(t *testing.T) {
 	}{
 		{"no runtime", nil, nil, "found neither /etc/containerd nor /etc/crio"},
 		{"bad runtime", nil, []string{"--runtime", "docker"}, `--runtime "docker"`},
-		{"foreign imports", map[string]string{install.ContainerdConfig: "version = 2\nimports = [\"/etc/containerd/other/*.toml\"]\n"}, nil, "add \"/etc/containerd/conf.d/*.toml\" to its imports"},
+		{"imports of single files", map[string]string{install.ContainerdConfig: "version = 2\nimports = [\"/etc/containerd/extra.toml\"]\n"}, nil, "add \"/etc/containerd/conf.d/*.toml\" to its imports"},
 		{"broken containerd config", map[string]string{install.ContainerdConfig: "version = 2\n[plugins\n"}, nil, "is not valid TOML"},
 		{"unsupported version", map[string]string{install.ContainerdConfig: "version = 1\n"}, nil, "version = 1"},
 		{"invalid oomguard config", map[string]string{"/etc/crio/crio.conf": "", "/etc/oomguard/config.toml": "strict = maybe"}, nil, "fix the configuration first"},

@@ -83,7 +83,7 @@ func HooksDirs(root string) ([]HooksDir, error) {
 	}
 	host := func(p string) string { return filepath.Join(root, p) }
 	if exists(host("/etc/crio")) || exists(host("/usr/bin/crio")) || exists(host("/usr/local/bin/crio")) {
-		dirs, from, err := lastSet(host, []string{"/etc/crio/crio.conf"}, "/etc/crio/crio.conf.d", "*.conf",
+		dirs, from, err := lastSet(host, []string{"/etc/crio/crio.conf"}, "/etc/crio/crio.conf.d", "*", // CRI-O reads every file there
 			func(c *runtimeConf) []string { return c.Crio.Runtime.HooksDir })
 		if err != nil {
 			return nil, err
@@ -125,8 +125,14 @@ type runtimeConf struct {
 // lastSet reads files, then the drop-ins of dir in name order, and returns
 // the last value get finds set, and the file that set it.
 func lastSet(host func(string) string, files []string, dir, glob string, get func(*runtimeConf) []string) ([]string, string, error) {
-	dropins, _ := filepath.Glob(filepath.Join(host(dir), glob))
-	sort.Strings(dropins)
+	matches, _ := filepath.Glob(filepath.Join(host(dir), glob))
+	sort.Strings(matches)
+	var dropins []string
+	for _, m := range matches {
+		if st, err := os.Stat(m); err == nil && st.Mode().IsRegular() {
+			dropins = append(dropins, m)
+		}
+	}
 	paths := make([]string, 0, len(files)+len(dropins))
 	for _, f := range files {
 		paths = append(paths, host(f))

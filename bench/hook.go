@@ -27,14 +27,8 @@ func benchHook(n int) (bool, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	shipped, err := os.ReadFile("deploy/config.toml")
+	cfg, logFile, err := hookConfig(dir)
 	if err != nil {
-		return false, err
-	}
-	cfg := filepath.Join(dir, "config.toml")
-	logFile := filepath.Join(dir, "hook.log")
-	conf := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		return false, err
 	}
 	victim := exec.Command("sleep", "600")
@@ -78,4 +72,16 @@ func benchHook(n int) (bool, error) {
 	fmt.Printf("  median: %s (goal ≤ 3 ms): %s; an empty Go program takes %s here, %.2f× /bin/true\n",
 		ms(med), verdict(med <= 3*time.Millisecond), ms(goFloor), float64(goFloor)/float64(base))
 	return goRatio <= 1.3 && ratio <= 3 && med <= 3*time.Millisecond, nil
+}
+
+// hookConfig writes the shipped configuration into dir with the hook logging
+// there, and returns both paths.
+func hookConfig(dir string) (cfg, logFile string, err error) {
+	shipped, err := os.ReadFile("deploy/config.toml")
+	if err != nil {
+		return "", "", err
+	}
+	cfg, logFile = filepath.Join(dir, "config.toml"), filepath.Join(dir, "hook.log")
+	conf := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)
+	return cfg, logFile, os.WriteFile(cfg, []byte(conf), 0o644)
 }

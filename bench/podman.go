@@ -28,13 +28,8 @@ func benchPodman(n int) (bool, error) {
 		return false, err
 	}
 	defer os.RemoveAll(dir)
-	shipped, err := os.ReadFile("deploy/config.toml")
+	cfg, logFile, err := hookConfig(dir)
 	if err != nil {
-		return false, err
-	}
-	cfg, logFile := filepath.Join(dir, "config.toml"), filepath.Join(dir, "hook.log")
-	conf := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		return false, err
 	}
 	empty, hooks := filepath.Join(dir, "empty.d"), filepath.Join(dir, "hooks.d")

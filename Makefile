@@ -24,7 +24,7 @@ FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:
 	./internal/escape:FuzzTerminal
 FUZZTIME ?= 3s
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./image/...
+HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./release/...
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
@@ -55,7 +55,7 @@ image:
 	@set -e; for a in $(SHIM_ARCHES); do for p in $(IMAGE_PROGRAMS); do \
 		GOOS=linux GOARCH=$$a LDFLAGS="$(STAMP)" $(GOBUILD) $(BUILD)/image-bin/$$a/$$p ./cmd/$$p; \
 	done; done
-	$(GO) run ./image --bin $(BUILD)/image-bin --out $(BUILD)/image --version $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
+	$(GO) run ./cmd/mkimage --bin $(BUILD)/image-bin --out $(BUILD)/image --version $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
 
 # Binaries only the tests use: the VM's workload.
 test-bins:

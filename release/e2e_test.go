@@ -1,8 +1,9 @@
 //go:build e2e
 
-package main
+package release
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ func TestE2EPushToRegistry(t *testing.T) {
 	ref := reg.Host + "/oomguard/oomguard:e2e"
 	m := Meta{Version: "e2e", Commit: "abc", Created: time.Unix(1700000000, 0).UTC()}
 	bin, out := fakeBinaries(t), t.TempDir()
-	if err := run(bin, out, ref, m); err != nil {
+	if err := Publish(io.Discard, bin, out, ref, m); err != nil {
 		t.Fatal(err)
 	}
 	want, _, err := Build(bin, m)

@@ -1,16 +1,13 @@
-// Command image builds oomguard's release image, as `make image` runs it: a
-// multi-platform OCI image index (linux/amd64, linux/arm64) whose images are
-// the static oomguard-nri, oomguard-doctor and oomguard-hook as one layer on
-// nothing, with fixed times, so the same commit gives the same digest. It
-// writes an OCI image layout and, given --push, pushes to a registry.
-//
-//	go run ./image --bin build/image-bin --out build/image [--push REGISTRY/REPO:TAG]
-package main
+// Package release builds oomguard's release image, as `make image` runs it
+// (cmd/mkimage): a multi-platform OCI image index (linux/amd64, linux/arm64)
+// whose images are the static oomguard-nri, oomguard-doctor and
+// oomguard-hook as one layer on nothing, with fixed times, so the same commit
+// gives the same digest; written as an OCI image layout, pushed on request.
+package release
 
 import (
 	"archive/tar"
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -44,23 +41,9 @@ type Meta struct {
 	Created         time.Time // the commit's time: fixed for a commit
 }
 
-func main() {
-	bin := flag.String("bin", "build/image-bin", "directory with ARCH/PROGRAM binaries (make image builds them)")
-	out := flag.String("out", "build/image", "OCI image layout to write")
-	push := flag.String("push", "", "also push to this reference, e.g. registry.example/oomguard:v1")
-	var m Meta
-	flag.StringVar(&m.Version, "version", "dev", "release the image carries")
-	flag.StringVar(&m.Commit, "commit", "unknown", "commit the image carries")
-	epoch := flag.Int64("created", 0, "creation time, seconds since 1970 (the commit's time)")
-	flag.Parse()
-	m.Created = time.Unix(*epoch, 0).UTC()
-	if err := run(*bin, *out, *push, m); err != nil {
-		fmt.Fprintf(os.Stderr, "image: %v\n", err)
-		os.Exit(1)
-	}
-}
-
-func run(bin, out, push string, m Meta) error {
+// Publish builds the index from bin, writes it as an OCI layout at out, and
+// pushes it to push unless that is "", saying on w what it did.
+func Publish(w io.Writer, bin, out, push string, m Meta) error {
 	idx, sizes, err := Build(bin, m)
 	if err != nil {
 		return err
@@ -76,9 +59,9 @@ func run(bin, out, push string, m Meta) error {
 		return err
 	}
 	for _, a := range Arches {
-		fmt.Printf("linux/%s: image %d bytes, binaries %d bytes: %.3f×\n", a, sizes[a][0], sizes[a][1], float64(sizes[a][0])/float64(sizes[a][1]))
+		fmt.Fprintf(w, "linux/%s: image %d bytes, binaries %d bytes: %.3f×\n", a, sizes[a][0], sizes[a][1], float64(sizes[a][0])/float64(sizes[a][1]))
 	}
-	fmt.Printf("wrote %s: %s\nin deploy/: kustomize edit set image %s=%s:%s (pinned: %s@%s, once pushed there)\n",
+	fmt.Fprintf(w, "wrote %s: %s\nin deploy/: kustomize edit set image %s=%s:%s (pinned: %s@%s, once pushed there)\n",
 		out, d, Repository, Repository, m.Version, Repository, d)
 	if push == "" {
 		return nil
@@ -90,7 +73,7 @@ func run(bin, out, push string, m Meta) error {
 	if err := remote.WriteIndex(ref, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 		return fmt.Errorf("push to %s: %w", ref, err)
 	}
-	fmt.Printf("pushed %s@%s\n", ref.Context(), d)
+	fmt.Fprintf(w, "pushed %s@%s\n", ref.Context(), d)
 	return nil
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # components.sh DIR: builds the real components the end-to-end tests run, each
 # from pinned sources under test/, into DIR/NAME/: containerd 2.x and 1.7
-# (two releases, either side of NRI's score adjustment), a real kubelet, and
-# CRI-O. A component is rebuilt only when its pins changed; each says how long
-# it took.
+# (two releases, either side of NRI's score adjustment), a real kubelet,
+# CRI-O, helm and kustomize. A component is rebuilt only when its pins
+# changed; each says how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=$(realpath -m "${1:-build/components}")
@@ -62,6 +62,11 @@ kube=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\).*/\1/p; s/^\tk8s.io\/k
 minor=$(echo "$kube" | cut -d. -f2)
 LDFLAGS="-X k8s.io/component-base/version.gitVersion=$kube -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
 	module kubelet test/kubelet go.mod kubelet=k8s.io/kubernetes/cmd/kubelet
+
+# The real helm and kustomize the chart and the kustomization are rendered with.
+module helm test/helm go.mod \
+	helm=helm.sh/helm/v3/cmd/helm \
+	kustomize=sigs.k8s.io/kustomize/kustomize/v5
 
 # CRI-O is not on the module proxy: from its release source, vendored.
 crio_src=test/crio/crio-v1.34.11-pruned-src.tar.xz

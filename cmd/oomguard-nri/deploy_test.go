@@ -90,6 +90,23 @@ func TestDeployManifests(t *testing.T) {
 	}
 }
 
+// The chart carries the shipped configuration (helm reads only files inside
+// a chart); they must not drift apart.
+func TestChartConfigIsTheShippedOne(t *testing.T) {
+	if readShipped(t) != string(mustRead(t, "../../deploy/helm/oomguard/files/config.toml")) {
+		t.Fatal("deploy/helm/oomguard/files/config.toml differs from deploy/config.toml: copy it over")
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func readYAML(t *testing.T, p string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(p)

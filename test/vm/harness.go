@@ -529,10 +529,11 @@ add_pod() {
 }
 
 # wait_pod NAME [running|exited]: until kubelet's pod NAME has its container
-# in that state; kubeletish records it for inspect and exec.
+# in that state (5 minutes at most: seven pods start at once on one slow
+# core); kubeletish records it for inspect and exec.
 # A pod that never gets there ends the boot, with the logs.
 wait_pod() {
-	kubeletish pod $1 --until ${2:-running} && return
+	kubeletish pod $1 --until ${2:-running} --timeout 300s && return
 	grep -v "^I\|nodeIP can't be loopback" /tmp/kubelet.log | tail -40 | sed 's/^/@@KUBELET /'
 	grep "$1" /tmp/kubelet.log | tail -20 | sed 's/^/@@KUBELET /'
 	head -3 /proc/meminfo | sed 's/^/@@MEMINFO /'
@@ -545,7 +546,7 @@ wait_pod() {
 # (busybox-static has no pgrep).
 pid_of() {
 	for d in /proc/[0-9]*; do
-		[ "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" = "$1 " ] && { echo ${d#/proc/}; return 0; }
+		[ "$( { tr '\0' ' ' < $d/cmdline; } 2>/dev/null)" = "$1 " ] && { echo ${d#/proc/}; return 0; }
 	done
 	return 1
 }

@@ -150,7 +150,7 @@ func kubeScenario(name string, rt Runtime, variants ...Variant) Scenario {
 		}
 	}
 	return Scenario{Name: name, Title: "Through a real kubelet on " + rt.Component, MemoryMB: kubeNodeMB,
-		Script: kubeScript, Variants: variants, Slow: true, Timeout: 8 * time.Minute}
+		Script: kubeScript, Variants: variants, Slow: true, Timeout: 12 * time.Minute}
 }
 
 // selectorPods has a static pod for each selector of the policy but the

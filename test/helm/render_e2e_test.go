@@ -1,0 +1,174 @@
+//go:build e2e
+
+package helm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	repo      = "../.."
+	chart     = filepath.Join(repo, "deploy/helm/oomguard")
+	component = filepath.Join(repo, "build/components/helm")
+)
+
+func tool(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(component, name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%v: run make components", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s%s", name, args, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// podMonitor is the part of the Prometheus Operator's PodMonitor the chart
+// writes; decoding refuses anything else.
+type podMonitor struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Selector            struct{ MatchLabels map[string]string } `json:"selector"`
+		PodMetricsEndpoints []struct {
+			Port     string `json:"port"`
+			Interval string `json:"interval"`
+		} `json:"podMetricsEndpoints"`
+	} `json:"spec"`
+}
+
+// objects decodes every document strictly into its k8s.io/api type: an
+// unknown or misspelt field fails, as the API server would refuse it.
+func objects(t *testing.T, rendered string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, doc := range strings.Split(rendered, "\n---") {
+		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
+			continue
+		}
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, doc)
+		}
+		var head struct{ Kind string }
+		json.Unmarshal(j, &head)
+		var obj any
+		switch head.Kind {
+		case "DaemonSet":
+			obj = &appsv1.DaemonSet{}
+		case "ConfigMap":
+			obj = &corev1.ConfigMap{}
+		case "ServiceAccount":
+			obj = &corev1.ServiceAccount{}
+		case "PodMonitor":
+			obj = &podMonitor{}
+		default:
+			t.Fatalf("unexpected kind %q:\n%s", head.Kind, doc)
+		}
+		dec := json.NewDecoder(bytes.NewReader(j))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(obj); err != nil {
+			t.Fatalf("%s does not decode strictly: %v\n%s", head.Kind, err, doc)
+		}
+		out[head.Kind] = obj
+	}
+	return out
+}
+
+func TestE2EHelmLint(t *testing.T) {
+	tool(t, "helm", "lint", "--strict", chart)
+}
+
+// With its defaults the chart renders what `kubectl apply -k deploy/` applies,
+// but for the checksum that rolls the pods when the configuration changes.
+func TestE2EChartMatchesKustomization(t *testing.T) {
+	h := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system"))
+	k := objects(t, tool(t, "kustomize", "build", filepath.Join(repo, "deploy")))
+	hds := h["DaemonSet"].(*appsv1.DaemonSet)
+	if hds.Spec.Template.Annotations["checksum/config"] == "" {
+		t.Fatal("the chart's pods carry no checksum of the configuration")
+	}
+	delete(hds.Spec.Template.Annotations, "checksum/config")
+	if len(hds.Spec.Template.Annotations) == 0 {
+		hds.Spec.Template.Annotations = nil
+	}
+	for _, kind := range []string{"DaemonSet", "ConfigMap", "ServiceAccount"} {
+		if !reflect.DeepEqual(h[kind], k[kind]) {
+			hj, _ := json.MarshalIndent(h[kind], "", " ")
+			kj, _ := json.MarshalIndent(k[kind], "", " ")
+			t.Errorf("%s differs:\nhelm:\n%s\nkustomize:\n%s", kind, hj, kj)
+		}
+	}
+	shipped, err := os.ReadFile(filepath.Join(repo, "deploy/config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h["ConfigMap"].(*corev1.ConfigMap).Data["config.toml"]; got != string(shipped) {
+		t.Errorf("the chart's configuration is not deploy/config.toml:\n%s", got)
+	}
+}
+
+func TestE2EChartValues(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	os.WriteFile(values, []byte(fmt.Sprintf(`image:
+  repository: registry.example/oomguard
+  digest: %s
+config: |
+  strict = true
+doctor:
+  enabled: false
+podMonitor:
+  enabled: true
+priorityClassName: node-critical-ish
+tolerations: []
+resources:
+  limits: {memory: 48Mi}
+`, digest)), 0o644)
+	o := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "monitoring", "-f", values))
+	ds := o["DaemonSet"].(*appsv1.DaemonSet)
+	spec := ds.Spec.Template.Spec
+	if len(spec.Containers) != 1 || spec.Containers[0].Image != "registry.example/oomguard@"+digest {
+		t.Fatalf("containers: %+v", spec.Containers)
+	}
+	if spec.PriorityClassName != "node-critical-ish" || len(spec.Tolerations) != 0 || ds.Namespace != "monitoring" {
+		t.Fatalf("pod spec: %+v", spec)
+	}
+	if m := spec.Containers[0].Resources.Limits.Memory().String(); m != "48Mi" {
+		t.Fatalf("memory limit %s", m)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == "textfile" {
+			t.Fatal("the doctor is off, its textfile volume must go too")
+		}
+	}
+	if got := o["ConfigMap"].(*corev1.ConfigMap).Data["config.toml"]; got != "strict = true\n" {
+		t.Fatalf("config %q", got)
+	}
+	pm, ok := o["PodMonitor"].(*podMonitor)
+	if !ok || pm.Spec.PodMetricsEndpoints[0].Port != "metrics" {
+		t.Fatalf("PodMonitor: %+v", o["PodMonitor"])
+	}
+}

@@ -1,6 +1,6 @@
 module github.com/oomguard/oomguard/test/helm
 
-go 1.26.8
+go 1.26.0
 
 require (
 	helm.sh/helm/v3 v3.19.0

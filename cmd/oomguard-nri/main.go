@@ -74,20 +74,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg = config.Default()
 	}
 	launched := os.Getenv("NRI_PLUGIN_SOCKET") != ""
-	log := logging.New(cfg.Log, stderr)
-	if launched {
-		lc := cfg.Log
-		lc.File = cfg.NRI.LogFile
-		var closer io.Closer
-		var err error
-		log, closer, err = logging.Open(lc, "oomguard-nri", stderr)
-		defer closer.Close()
-		if err != nil {
-			log.Warn("cannot log where configured", "err", err)
-		}
+	logCfg := cfg.Log
+	logCfg.File = "stderr"
+	if launched { // the runtime discards a launched plugin's output
+		logCfg.File = cfg.NRI.LogFile
 	}
+	log, closer, logErr := logging.Open(logCfg, "oomguard-nri", stderr)
+	defer closer.Close()
 	log = log.With("component", "oomguard-nri")
 	log.Info("starting", "version", version.Version, "commit", version.Commit)
+	if logErr != nil {
+		log.Warn("cannot log where configured", "err", logErr)
+	}
 	switch {
 	case cfgErr != nil:
 		log.Warn("configuration unusable; running with no rules until the runtime passes a configuration", "err", cfgErr)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oomguard/oomguard/test/testbin"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -77,11 +78,10 @@ func benchHook(n int) (bool, error) {
 // hookConfig writes the shipped configuration into dir with the hook logging
 // there, and returns both paths.
 func hookConfig(dir string) (cfg, logFile string, err error) {
-	shipped, err := os.ReadFile("deploy/config.toml")
+	cfg, logFile = filepath.Join(dir, "config.toml"), filepath.Join(dir, "hook.log")
+	conf, err := testbin.ShippedConfig(logFile)
 	if err != nil {
 		return "", "", err
 	}
-	cfg, logFile = filepath.Join(dir, "config.toml"), filepath.Join(dir, "hook.log")
-	conf := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)
-	return cfg, logFile, os.WriteFile(cfg, []byte(conf), 0o644)
+	return cfg, logFile, os.WriteFile(cfg, conf, 0o644)
 }

@@ -118,3 +118,41 @@ func TestE2EGroupReport(t *testing.T) {
 		t.Fatalf("hook log: %s", log)
 	}
 }
+
+// crun (unlike runc) discards a hook's output and says only
+// "error executing hook `…` (exit code: 1)". A strict failure's reason is
+// then in the hook's log, which the README sends crun users to. crun refuses
+// this host's hybrid cgroups, so it runs in a mount namespace without the
+// unified hierarchy, with its cgroup manager off.
+func TestE2ECrunStrictFailureIsLogged(t *testing.T) {
+	if _, err := exec.LookPath("crun"); err != nil {
+		t.Fatalf("e2e needs crun (make deps): %v", err)
+	}
+	e := runcEnv(t)
+	if err := os.WriteFile(e.cfg, []byte("strict = true\n[[rule]]\nname = 'x'\noom_score_adj = 5000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := runcbundle.New(filepath.Join(e.dir, "crun"), "/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.AddHook(hookBin, "--config", e.cfg, "--log-file", e.logPath)
+	if err := b.Save(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	script := `grep -q " /sys/fs/cgroup/unified " /proc/self/mountinfo && umount /sys/fs/cgroup/unified
+exec crun --cgroup-manager=disabled run --bundle "$1" oomguard-e2e-crun`
+	out, err := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c", script, "sh", b.Dir).CombinedOutput()
+	if err == nil {
+		t.Fatalf("a strict hook with a broken configuration let crun run the container: %s", out)
+	}
+	if !strings.Contains(string(out), "exit code: 1") {
+		t.Fatalf("crun's error: %s", out)
+	}
+	log, _ := os.ReadFile(e.logPath)
+	if !strings.Contains(string(log), "oom_score_adj") || !strings.Contains(string(log), e.cfg) {
+		t.Fatalf("the hook's log does not say what was wrong (crun said %q):\n%s", out, log)
+	}
+}

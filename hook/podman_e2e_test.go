@@ -15,6 +15,7 @@ import (
 
 	"github.com/oomguard/oomguard/install"
 	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 // podmanImage is a VM-like image: its command is /sbin/init.
@@ -30,7 +31,7 @@ type podmanEnv struct {
 // hooks directory podman really reads) and removes it with `uninstall` at
 // the end. Root here lacks CAP_SYS_RESOURCE: the ulimits stay below the
 // hard limits podman would otherwise raise to.
-func newPodman(t *testing.T, cfgExtra string) *podmanEnv {
+func newPodman(t *testing.T) *podmanEnv {
 	t.Helper()
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Fatalf("e2e needs podman (make deps): %v", err)
@@ -47,12 +48,11 @@ func newPodman(t *testing.T, cfgExtra string) *podmanEnv {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	p := &podmanEnv{dir: dir, cfg: filepath.Join(dir, "config.toml"), log: filepath.Join(dir, "hook.log")}
-	shipped, err := os.ReadFile("../deploy/config.toml")
+	cfg, err := testbin.ShippedConfig(p.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.Replace(string(shipped), `file = "/var/log/oomguard-hook.log"`, `file = "`+p.log+`"`, 1) + cfgExtra
-	if err := os.WriteFile(p.cfg, []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(p.cfg, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	img, err := runcbundle.BusyboxImage(map[string]runcbundle.ImageFile{
@@ -103,7 +103,7 @@ func (p *podmanEnv) install(t *testing.T) {
 // README says, is in the directory podman reads; `podman run --init` puts
 // /run/podman-init first, and the command rule still sees /sbin/init.
 func TestE2EPodmanHook(t *testing.T) {
-	p := newPodman(t, "")
+	p := newPodman(t)
 	if out, err := p.podmanInit(t, "runc", "--entrypoint", "/sbin/init"); err != nil || out != "0" {
 		t.Fatalf("without the hook: %q, %v; want podman's 0", out, err)
 	}
@@ -153,7 +153,7 @@ func (p *podmanEnv) podmanInit(t *testing.T, runtime string, extra ...string) (s
 // A process `podman exec` starts is not the init's child: it takes the
 // spec's score, which a createRuntime hook cannot change (README, "exec").
 func TestE2EPodmanExecKeepsSpecScore(t *testing.T) {
-	p := newPodman(t, "")
+	p := newPodman(t)
 	p.install(t)
 	name := "exec-vm"
 	if out, err := p.podman("run", "-d", "--name", name, "--runtime", "runc", "--network", "none",
@@ -169,7 +169,7 @@ func TestE2EPodmanExecKeepsSpecScore(t *testing.T) {
 // A strict hook that cannot do its job stops the container, and podman shows
 // the user why, not only an exit code.
 func TestE2EPodmanStrictFailureShowsReason(t *testing.T) {
-	p := newPodman(t, "")
+	p := newPodman(t)
 	p.install(t)
 	if err := os.WriteFile(p.cfg, []byte("strict = true\n[[rule]]\nname = 'x'\noom_score_adj = 5000\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -180,43 +180,5 @@ func TestE2EPodmanStrictFailureShowsReason(t *testing.T) {
 	}
 	if !strings.Contains(out, "oom_score_adj") || !strings.Contains(out, p.cfg) {
 		t.Fatalf("podman's error does not say what was wrong:\n%s", out)
-	}
-}
-
-// crun (unlike runc) discards a hook's output and says only
-// "error executing hook `…` (exit code: 1)". A strict failure's reason is
-// then in the hook's log, which the README sends crun users to. crun refuses
-// this host's hybrid cgroups, so it runs in a mount namespace without the
-// unified hierarchy, with its cgroup manager off.
-func TestE2ECrunStrictFailureIsLogged(t *testing.T) {
-	if _, err := exec.LookPath("crun"); err != nil {
-		t.Fatalf("e2e needs crun (make deps): %v", err)
-	}
-	e := runcEnv(t)
-	if err := os.WriteFile(e.cfg, []byte("strict = true\n[[rule]]\nname = 'x'\noom_score_adj = 5000\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b, err := runcbundle.New(filepath.Join(e.dir, "crun"), "/bin/true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.AddHook(hookBin, "--config", e.cfg, "--log-file", e.logPath)
-	if err := b.Save(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	script := `grep -q " /sys/fs/cgroup/unified " /proc/self/mountinfo && umount /sys/fs/cgroup/unified
-exec crun --cgroup-manager=disabled run --bundle "$1" oomguard-e2e-crun`
-	out, err := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c", script, "sh", b.Dir).CombinedOutput()
-	if err == nil {
-		t.Fatalf("a strict hook with a broken configuration let crun run the container: %s", out)
-	}
-	if !strings.Contains(string(out), "exit code: 1") {
-		t.Fatalf("crun's error: %s", out)
-	}
-	log, _ := os.ReadFile(e.logPath)
-	if !strings.Contains(string(log), "oom_score_adj") || !strings.Contains(string(log), e.cfg) {
-		t.Fatalf("the hook's log does not say what was wrong (crun said %q):\n%s", out, log)
 	}
 }

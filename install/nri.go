@@ -157,26 +157,27 @@ nri_plugin_config_dir = %q
 // named as oomguard's in the directory of the first import that is a glob
 // matching it. Relative imports are containerd's config directory's.
 func importedDropIn(imports []string) (dropIn, imp string) {
-	for _, imp := range imports {
+	abs := make([]string, len(imports))
+	for i, imp := range imports {
 		if !filepath.IsAbs(imp) {
 			imp = filepath.Join(filepath.Dir(ContainerdConfig), imp)
 		}
+		abs[i] = imp
+	}
+	for _, imp := range abs {
 		if ok, _ := filepath.Match(imp, ContainerdDropIn); ok {
 			return ContainerdDropIn, imp
 		}
 	}
-	for _, imp := range imports {
-		if !filepath.IsAbs(imp) {
-			imp = filepath.Join(filepath.Dir(ContainerdConfig), imp)
-		}
+	name := strings.TrimSuffix(filepath.Base(ContainerdDropIn), ".toml")
+	for _, imp := range abs {
 		dir, pattern := filepath.Split(imp)
 		if !strings.ContainsAny(pattern, "*?[") || strings.ContainsAny(dir, "*?[") {
 			continue
 		}
 		for _, ext := range []string{".toml", ".conf", ""} {
-			cand := filepath.Join(dir, path.Base(ContainerdDropIn[:len(ContainerdDropIn)-len(".toml")])+ext)
-			if ok, _ := filepath.Match(imp, cand); ok {
-				return cand, imp
+			if ok, _ := filepath.Match(imp, dir+name+ext); ok {
+				return dir + name + ext, imp
 			}
 		}
 	}

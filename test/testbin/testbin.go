@@ -47,3 +47,17 @@ func Build(dir, name, pkg string, env ...string) (string, error) {
 
 // Program builds ./cmd/name into dir.
 func Program(dir, name string) (string, error) { return Build(dir, name, "./cmd/"+name) }
+
+// ShippedConfig is deploy/config.toml with the hook logging to logFile, as
+// the tests and benchmarks that install the hook run it.
+func ShippedConfig(logFile string) ([]byte, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "config.toml"))
+	if err != nil {
+		return nil, err
+	}
+	return []byte(strings.Replace(string(b), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)), nil
+}

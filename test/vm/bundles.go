@@ -44,6 +44,23 @@ func AsKubeletGuaranteed(b *runcbundle.Bundle, limit int64) {
 // WithHook runs oomguard-hook with the shipped configuration at createRuntime.
 func WithHook(b *runcbundle.Bundle) { b.AddHook(GuestHook, "--config", GuestConfig) }
 
+// WithFix guards b with the part of oomguard a variant names: "hook", "nri"
+// or "shim"; "" (without) leaves it as kubelet made it.
+func WithFix(g *Guest, b *runcbundle.Bundle, fix string) error {
+	switch fix {
+	case "hook":
+		WithHook(b)
+	case "nri":
+		return WithNRI(g, b)
+	case "shim":
+		return WithShim(g, b)
+	case "":
+	default:
+		return fmt.Errorf("no fix %q", fix)
+	}
+	return nil
+}
+
 // WithShim puts oomguard-init in front of the container's command, as the
 // image patcher does.
 func WithShim(g *Guest, b *runcbundle.Bundle) error {

@@ -29,13 +29,7 @@ func cgroupOOM() Scenario {
 				return err
 			}
 			AsKubeletGuaranteed(b, 48<<20)
-			switch fix {
-			case "hook":
-				WithHook(b)
-			case "nri":
-				return WithNRI(g, b)
-			}
-			return nil
+			return WithFix(g, b, fix)
 		}
 	}
 	return Scenario{

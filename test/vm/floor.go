@@ -29,15 +29,7 @@ func floorScenario() Scenario {
 				return err
 			}
 			AsKubeletGuaranteed(b, 0)
-			switch fix {
-			case "hook":
-				WithHook(b)
-			case "nri":
-				return WithNRI(g, b)
-			case "shim":
-				return WithShim(g, b)
-			}
-			return nil
+			return WithFix(g, b, fix)
 		}
 	}
 	expect := func(start, lower, after string) func(r *Run) error {

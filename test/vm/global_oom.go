@@ -39,26 +39,20 @@ func globalOOM() Scenario {
 				return err
 			}
 			AsKubeletGuaranteed(b, 0)
-			switch fix {
-			case "hook":
-				WithHook(b)
-			case "shim":
-				return WithShim(g, b)
-			case "nri":
-				return WithNRI(g, b)
-			case "image":
-				hog, err := os.ReadFile(g.Bin("guest"))
-				if err != nil {
-					return err
-				}
-				if err := WithPatchedImage(b, map[string]runcbundle.ImageFile{
-					"/sbin/init": {Data: []byte(podInit), Mode: 0o755},
-					"/bin/hog":   {Data: hog, Mode: 0o755},
-				}, []string{"/sbin/init"}); err != nil {
-					return err
-				}
-				AsKubeletGuaranteed(b, 0) // the unpacked image brings its own args
+			if fix != "image" {
+				return WithFix(g, b, fix)
 			}
+			hog, err := os.ReadFile(g.Bin("guest"))
+			if err != nil {
+				return err
+			}
+			if err := WithPatchedImage(b, map[string]runcbundle.ImageFile{
+				"/sbin/init": {Data: []byte(podInit), Mode: 0o755},
+				"/bin/hog":   {Data: hog, Mode: 0o755},
+			}, []string{"/sbin/init"}); err != nil {
+				return err
+			}
+			AsKubeletGuaranteed(b, 0) // the unpacked image brings its own args
 			return nil
 		}
 	}

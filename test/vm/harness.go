@@ -443,9 +443,15 @@ start_containerd() {
 	rm -f /run/containerd/containerd.sock
 	containerd --config /etc/containerd/config.toml >>/tmp/containerd.log 2>&1 &
 	echo $! > /run/containerd.pid
+	wait_socket /run/containerd/containerd.sock 60 containerd /tmp/containerd.log CONTAINERD
+}
+
+# wait_socket SOCKET SECONDS NAME LOG TAG: until the runtime NAME listens on
+# SOCKET and its CRI answers; if it does not, the tail of its LOG as @@TAG.
+wait_socket() {
 	i=0
-	while [ ! -S /run/containerd/containerd.sock ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
-	[ -S /run/containerd/containerd.sock ] || { echo "@@RESULT containerd=failed"; tail -30 /tmp/containerd.log | sed 's/^/@@CONTAINERD /'; }
+	while [ ! -S $1 ] && [ $i -lt $(($2 * 10)) ]; do sleep 0.1; i=$((i+1)); done
+	[ -S $1 ] || { echo "@@RESULT $3=failed"; tail -30 $4 | sed "s/^/@@$5 /"; }
 	kubeletish wait-ready
 }
 
@@ -499,19 +505,8 @@ start_runtime() {
 		fi
 		rm -f /run/crio/crio.sock
 		crio --config /etc/crio/crio.conf >>/tmp/crio.log 2>&1 &
-		echo $! > /run/runtime.pid
-		i=0
-		while [ ! -S /run/crio/crio.sock ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done
-		[ -S /run/crio/crio.sock ] || { echo "@@RESULT crio=failed"; tail -30 /tmp/crio.log | sed 's/^/@@CRIO /'; }
-		kubeletish wait-ready
+		wait_socket /run/crio/crio.sock 90 crio /tmp/crio.log CRIO
 		;;
-	esac
-}
-
-stop_runtime() {
-	case $RUNTIME in
-	containerd) stop_containerd ;;
-	crio) kill -9 $(cat /run/runtime.pid); sleep 0.5 ;;
 	esac
 }
 

@@ -2,12 +2,16 @@ package vm
 
 import (
 	"bytes"
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/oomguard/oomguard/config"
 )
 
 func TestArchiveIsReadByCpio(t *testing.T) {
@@ -104,6 +108,33 @@ func TestIsDaemon(t *testing.T) {
 	for comm, want := range map[string]bool{"systemd-network": true, "sshd": true, "hog": false, "systemd-networkd": false} {
 		if isDaemon(comm) != want {
 			t.Errorf("isDaemon(%q) != %v", comm, want)
+		}
+	}
+}
+
+// Each selector pod is decided by its own rule, and only by it, under the
+// configuration the kubelet scenarios install.
+func TestSelectorRulesMatchTheirPods(t *testing.T) {
+	shipped, err := os.ReadFile("../../deploy/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(append(shipped, selectorRules()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range selectors {
+		p := s.Pod
+		qos := config.QoSGuaranteed
+		if p.Memory == "" {
+			qos = config.QoSBestEffort
+		}
+		f := config.Facts{Runtime: "containerd", Namespace: p.Namespace, Pod: p.Name + "-node",
+			Container: cmp.Or(p.Container, "main"), Image: cmp.Or(p.Image, WorkloadImage),
+			Labels: p.Labels, Annotations: p.Annotations, Args: p.Command, QoS: qos}
+		d := cfg.Decide(&f)
+		if d.Rule != p.Name || d.OOMScoreAdj == nil || strconv.Itoa(*d.OOMScoreAdj) != selectorScore(i) {
+			t.Errorf("%s: rule %q, score %v; want its own rule and %s", p.Name, d.Rule, d.OOMScoreAdj, selectorScore(i))
 		}
 	}
 }

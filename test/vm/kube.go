@@ -66,8 +66,6 @@ type Pod struct {
 	Memory      string
 	Annotations map[string]string
 	Labels      map[string]string
-	Priority    string // a priorityClassName, e.g. system-node-critical
-	Restart     string // restartPolicy, Never unless given
 	Container   string // the container's name, main unless given
 	Image       string // WorkloadImage unless given
 }
@@ -83,17 +81,10 @@ func (p Pod) manifest() string {
 	if ns == "" {
 		ns = "default"
 	}
-	restart := p.Restart
-	if restart == "" {
-		restart = "Never"
-	}
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  namespace: %s\n", p.Name, ns)
 	writeMap(&b, "  annotations", p.Annotations)
 	writeMap(&b, "  labels", p.Labels)
-	fmt.Fprintf(&b, "spec:\n  hostNetwork: true\n  restartPolicy: %s\n  terminationGracePeriodSeconds: 1\n", restart)
-	if p.Priority != "" {
-		fmt.Fprintf(&b, "  priorityClassName: %s\n", p.Priority)
-	}
+	b.WriteString("spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n")
 	ctr, image := cmp.Or(p.Container, "main"), cmp.Or(p.Image, WorkloadImage)
 	fmt.Fprintf(&b, "  containers:\n  - name: %s\n    image: %s\n    imagePullPolicy: Never\n    command:\n", ctr, image)
 	for _, a := range p.Command {

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -123,7 +122,7 @@ func kubeSetupVerifying(rt Runtime, interval string) func(g *Guest) error {
 		if err != nil {
 			return err
 		}
-		fast = append(fast, selectorRules...)
+		fast = append(fast, selectorRules()...)
 		g.File("/etc/oomguard/config.toml", fast, 0o644)
 		g.File(GuestConfig, fast, 0o644)
 		for _, p := range []Pod{
@@ -136,7 +135,7 @@ func kubeSetupVerifying(rt Runtime, interval string) func(g *Guest) error {
 		} {
 			p.File(g)
 		}
-		for _, sel := range selectorPods {
+		for _, sel := range selectors {
 			sel.Pod.File(g)
 		}
 		return nil
@@ -153,90 +152,60 @@ func kubeScenario(name string, rt Runtime, variants ...Variant) Scenario {
 		Script: kubeScript, Variants: variants, Slow: true, Timeout: 12 * time.Minute}
 }
 
-// selectorPods has a static pod for each selector of the policy but the
-// runtime handler, and the score its rule in selectorRules gives; below the
-// VM-like pods' 900, and the pods are gone before the incidents.
-var selectorPods = []struct {
+// selector is a static pod that only its own rule matches, and that rule's
+// [rule.match] body.
+type selector struct {
 	Pod   Pod
-	Score string
-}{
-	{Pod{Name: "sel-namespace", Namespace: "sel-ns"}, "801"},
-	{Pod{Name: "sel-container", Container: "sel-ctr"}, "802"},
-	{Pod{Name: "sel-labels", Labels: map[string]string{"oomguard.test/sel": "label"}}, "803"},
-	{Pod{Name: "sel-annotations", Annotations: map[string]string{"oomguard.test/sel": "annotation"}}, "804"},
-	{Pod{Name: "sel-qos", Memory: "-"}, "805"}, // BestEffort
-	{Pod{Name: "sel-command", Command: []string{"/bin/sel-cmd"}}, "806"},
-	{Pod{Name: "sel-image", Image: SelectorImage}, "807"},
+	Match string
 }
+
+// selectors has a pod for each selector of the policy but the runtime
+// handler. Their rules follow the shipped ones, the i-th giving 801+i: below
+// the VM-like pods' 900, and the pods are gone before the incidents.
+var selectors = func() []selector {
+	pod := func(name string) Pod {
+		// Guaranteed (runc needs more than 16Mi), and matching no shipped rule.
+		return Pod{Name: name, Namespace: "sel", Command: []string{"/bin/sleep", "100000"}, Memory: "32Mi"}
+	}
+	ns, ctr, labels, annotations, qos, command, image :=
+		pod("sel-namespace"), pod("sel-container"), pod("sel-labels"), pod("sel-annotations"), pod("sel-qos"), pod("sel-command"), pod("sel-image")
+	ns.Namespace = "sel-ns"
+	ctr.Container = "sel-ctr"
+	labels.Labels = map[string]string{"oomguard.test/sel": "label"}
+	annotations.Annotations = map[string]string{"oomguard.test/sel": "annotation"}
+	qos.Memory = "" // BestEffort
+	command.Command = []string{"/bin/sel-cmd"}
+	image.Image = SelectorImage
+	return []selector{
+		{ns, `namespaces = ["sel-ns"]`},
+		{ctr, `containers = ["sel-ctr"]`},
+		{labels, `pod_labels = { "oomguard.test/sel" = "label" }`},
+		{annotations, `annotations = { "oomguard.test/sel" = "annotation" }`},
+		{qos, `qos = ["BestEffort"]`},
+		{command, `command = '(^|/)sel-cmd$'`},
+		{image, `images = ["registry.example/oomguard/selector:*"]`},
+	}
+}()
+
+// selectorScore is the score the i-th selector's rule gives.
+func selectorScore(i int) string { return strconv.Itoa(801 + i) }
 
 var selectorPodNames = func() string {
 	var names []string
-	for _, s := range selectorPods {
+	for _, s := range selectors {
 		names = append(names, s.Pod.Name)
 	}
 	return strings.Join(names, " ")
 }()
 
-func init() {
-	for i := range selectorPods {
-		p := &selectorPods[i].Pod
-		p.Namespace = cmp.Or(p.Namespace, "sel")
-		if len(p.Command) == 0 {
-			p.Command = []string{"/bin/sleep", "100000"}
-		}
-		switch p.Memory {
-		case "":
-			p.Memory = "32Mi" // Guaranteed: only sel-qos is BestEffort; runc needs more than 16Mi
-		case "-":
-			p.Memory = ""
-		}
+// selectorRules are the selectors' rules, named as their pods.
+func selectorRules() []byte {
+	var b strings.Builder
+	for i, s := range selectors {
+		fmt.Fprintf(&b, "\n[[rule]]\nname = %q\noom_score_adj = %s\n[rule.match]\n%s\n", s.Pod.Name, selectorScore(i), s.Match)
 	}
+	return []byte(b.String())
 }
-
-// selectorRules follow the shipped ones, one per selector.
-var selectorRules = []byte(`
-[[rule]]
-name = "sel-namespace"
-oom_score_adj = 801
-[rule.match]
-namespaces = ["sel-ns"]
-
-[[rule]]
-name = "sel-container"
-oom_score_adj = 802
-[rule.match]
-containers = ["sel-ctr"]
-
-[[rule]]
-name = "sel-labels"
-oom_score_adj = 803
-[rule.match]
-pod_labels = { "oomguard.test/sel" = "label" }
-
-[[rule]]
-name = "sel-annotations"
-oom_score_adj = 804
-[rule.match]
-annotations = { "oomguard.test/sel" = "annotation" }
-
-[[rule]]
-name = "sel-qos"
-oom_score_adj = 805
-[rule.match]
-qos = ["BestEffort"]
-
-[[rule]]
-name = "sel-command"
-oom_score_adj = 806
-[rule.match]
-command = '(^|/)sel-cmd$'
-
-[[rule]]
-name = "sel-image"
-oom_score_adj = 807
-[rule.match]
-images = ["registry.example/oomguard/selector:*"]
-`)
 
 // selectorsMatched: every selector pod got its rule's score. The hook sees
 // only the container's spec, which does not hold the pod's labels (they are
@@ -246,8 +215,8 @@ images = ["registry.example/oomguard/selector:*"]
 // RuntimeClass.
 func selectorsMatched(r *Run, hook bool) error {
 	var wrong []string
-	for _, s := range selectorPods {
-		want := s.Score
+	for i, s := range selectors {
+		want := selectorScore(i)
 		if hook && s.Pod.Name == "sel-labels" {
 			want = "-997"
 		}
@@ -261,26 +230,16 @@ func selectorsMatched(r *Run, hook bool) error {
 	return nil
 }
 
-// kubeIncidents: without oomguard kubelet's settings stand, the VM-like pod
-// dies whole and the node daemons die before the filler; with it, only the
-// runaways die, a forged namespace buys nothing, an exec'd process ends at the
-// guarded score, and the doctor finds no group kill.
-func kubeIncidents(r *Run, guarded bool) error {
-	by := ""
-	if guarded {
-		by = "nri"
-	}
-	return kubeIncidentsBy(r, by)
-}
-
-// kubeIncidentsBy is kubeIncidents for oomguard installed as by ("nri",
-// "hook", or "" for none). The plugin puts the score in the spec (which exec
-// uses) and re-asserts it; the hook changes the init's score only, and exec
-// takes the spec's. No runtime writes the runtime handler into a container's
-// spec (only the sandbox's), so the hook cannot match on it.
-func kubeIncidentsBy(r *Run, by string) error {
+// kubeIncidents checks a boot with oomguard installed as by: "" (none),
+// "nri", "nri-poststart" (the plugin on a runtime that ignores its score
+// adjustment) or "hook". Without oomguard kubelet's settings stand, the
+// VM-like pod dies whole and the node daemons die before the filler; with it,
+// only the runaways die, a forged namespace buys nothing, every selector
+// matches, and the doctor finds no group kill. An exec'd process ends at the
+// guarded score only with "nri": the plugin puts the score in the spec (which
+// exec uses); the hook changes the init's score only.
+func kubeIncidents(r *Run, by string) error {
 	guarded, execFixed := by != "", by == "nri"
-	// "nri-poststart": the plugin on a runtime that ignores its score adjustment.
 	wantScore, wantGroup, wantDoctor := "-997", "1", "4"
 	if guarded {
 		wantScore, wantGroup, wantDoctor = "900", "0", "0"
@@ -342,7 +301,7 @@ func podResult(r *Run, name string) map[string]string {
 	return last
 }
 
-func unguarded(r *Run) error { return kubeIncidents(r, false) }
+func unguarded(r *Run) error { return kubeIncidents(r, "") }
 
 // guarded: as kubeIncidents, and the runtime took the score the plugin asked
 // for at creation.
@@ -350,9 +309,9 @@ func guarded(r *Run) error {
 	if fixedAtStart(r, "idle") {
 		return fmt.Errorf("the plugin had to fix the idle pod after start: the runtime ignored its score adjustment")
 	}
-	return kubeIncidents(r, true)
+	return kubeIncidents(r, "nri")
 }
-func hookGuarded(r *Run) error { return kubeIncidentsBy(r, "hook") }
+func hookGuarded(r *Run) error { return kubeIncidents(r, "hook") }
 
 // fixedAfterStart: containerd before 1.7.26 ignores NRI's score adjustment,
 // so the spec keeps kubelet's -997: an exec'd process starts there and, with
@@ -371,7 +330,7 @@ func fixedAfterStart(r *Run) error {
 	if s := result(r, "exec", "started"); s == nil || s["score"] != "-997" {
 		return fmt.Errorf("a process exec'd into the idle pod started at %v: want the spec's -997, which 1.7.25 keeps", s)
 	}
-	return kubeIncidentsBy(r, "nri-poststart")
+	return kubeIncidents(r, "nri-poststart")
 }
 
 // pluginTimes finds, in the plugin's log, the first line with msg first and

@@ -1,11 +1,12 @@
-// Command kubeletish does, through containerd's CRI, what kubelet does for a
-// pod, for oomguard's VM tests: import images from OCI archives, run a
-// host-network sandbox, create a container with kubelet's Linux resources
-// (the QoS score, a memory limit, memory.oom.group = 1), start it, resize it,
-// and report. Every report is an "@@RESULT k=v …" line.
+// Command kubeletish does, through a runtime's CRI, what a standalone kubelet
+// cannot be made to do at a given step, for oomguard's tests: import images
+// from OCI archives into containerd, run a host-network pod with kubelet's
+// Linux resources (the QoS score, memory.oom.group = 1), resize it as
+// kubelet does, exec into it; and it finds, inspects and waits for the pods a
+// real kubelet runs. Every report is an "@@RESULT k=v …" line.
 //
 //	kubeletish import FILE...
-//	kubeletish run NAME [--qos guaranteed|burstable|besteffort] [--limit BYTES] [--wait] [--] ARGS...
+//	kubeletish run NAME [--qos guaranteed|burstable|besteffort] [--handler H] [--] ARGS...
 //	kubeletish resize NAME
 //	kubeletish inspect NAME [LABEL]
 //	kubeletish wait-ready
@@ -149,15 +150,7 @@ func runPod(ctx context.Context, args []string) error {
 	name := args[0]
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	qos := fs.String("qos", "guaranteed", "QoS class")
-	limit := fs.Int64("limit", 0, "memory limit in bytes, 0 for none")
-	wait := fs.Bool("wait", false, "wait for the container to exit and report how")
-	ns := fs.String("namespace", "default", "pod namespace")
 	handler := fs.String("handler", "", "runtime handler (RuntimeClass)")
-	image := fs.String("image", workload, "the container's image")
-	ctrName := fs.String("container", name, "the container's name")
-	labels, annotations := keyValues{}, keyValues{}
-	fs.Var(labels, "label", "pod label k=v (repeatable)")
-	fs.Var(annotations, "annotation", "pod annotation k=v (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -179,9 +172,7 @@ func runPod(ctx context.Context, args []string) error {
 	// CRI-O (drop_infra_ctr) runs no infra container.
 	namespaces := &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER}
 	sandbox := &cri.PodSandboxConfig{
-		Metadata:     &cri.PodSandboxMetadata{Name: name, Uid: uid, Namespace: *ns},
-		Labels:       labels,
-		Annotations:  annotations,
+		Metadata:     &cri.PodSandboxMetadata{Name: name, Uid: uid, Namespace: "default"},
 		LogDirectory: "/var/log/pods/" + uid,
 		Linux: &cri.LinuxPodSandboxConfig{
 			CgroupParent:    parent,
@@ -194,18 +185,14 @@ func runPod(ctx context.Context, args []string) error {
 		return fmt.Errorf("RunPodSandbox: %w", err)
 	}
 	res := &cri.LinuxContainerResources{OomScoreAdj: score, Unified: groupKill()}
-	if *limit > 0 {
-		res.MemoryLimitInBytes = *limit
-	}
 	ctr, err := rs.CreateContainer(ctx, &cri.CreateContainerRequest{
 		PodSandboxId: sb.PodSandboxId,
 		Config: &cri.ContainerConfig{
-			Metadata:    &cri.ContainerMetadata{Name: *ctrName},
-			Image:       &cri.ImageSpec{Image: *image},
-			Labels:      map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": *ns, "io.kubernetes.container.name": *ctrName},
-			Annotations: annotations,
-			Args:        fs.Args(),
-			LogPath:     name + ".log",
+			Metadata: &cri.ContainerMetadata{Name: name},
+			Image:    &cri.ImageSpec{Image: workload},
+			Labels:   map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "default", "io.kubernetes.container.name": name},
+			Args:     fs.Args(),
+			LogPath:  name + ".log",
 			Linux: &cri.LinuxContainerConfig{Resources: res,
 				SecurityContext: &cri.LinuxContainerSecurityContext{NamespaceOptions: namespaces}},
 		},
@@ -224,21 +211,7 @@ func runPod(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("@@RESULT pod=%s created_ms=%d\n", name, time.Since(start).Milliseconds())
-	if !*wait {
-		return nil
-	}
-	for {
-		st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: ctr.ContainerId})
-		if err != nil {
-			return err
-		}
-		if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
-			printLog(sandbox.LogDirectory + "/" + name + ".log")
-			fmt.Printf("@@RESULT pod=%s exit=%d reason=%s\n", name, st.Status.ExitCode, st.Status.Reason)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return nil
 }
 
 // waitReady polls the CRI until it answers, as kubelet does at start.
@@ -257,21 +230,6 @@ func waitReady(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("the CRI never became ready: %w", err)
 		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// printLog prints what the container wrote, from its CRI log file
-// ("TIMESTAMP STREAM TAG content" lines).
-func printLog(path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Printf("@@RESULT log_error=%q\n", err.Error())
-		return
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
-			fmt.Println(f[3])
 		}
 	}
 }
@@ -367,19 +325,6 @@ func groupKill() map[string]string {
 		return nil
 	}
 	return map[string]string{"memory.oom.group": "1"}
-}
-
-// keyValues collects repeated k=v flags.
-type keyValues map[string]string
-
-func (kv keyValues) String() string { return fmt.Sprint(map[string]string(kv)) }
-func (kv keyValues) Set(s string) error {
-	k, v, ok := strings.Cut(s, "=")
-	if !ok {
-		return fmt.Errorf("%q: want k=v", s)
-	}
-	kv[k] = v
-	return nil
 }
 
 // waitPod waits until the container of the pod kubelet runs as NAME (a

@@ -80,7 +80,7 @@ fuzz:
 
 # Real containers, a real registry and the VM, as root. Installs and builds
 # what they need first, outside the tests' timeouts.
-e2e: deps build test-bins components e2e-host e2e-vm
+e2e: deps build image test-bins components e2e-host e2e-vm
 
 e2e-host:
 	$(GO) test -tags e2e -count=1 -timeout $(HOST_E2E_TIMEOUT) -run 'E2E' $(HOST_E2E_PKGS)
@@ -89,7 +89,7 @@ e2e-host:
 e2e-vm:
 	$(GO) test -tags e2e -count=1 -timeout $(VM_E2E_TIMEOUT) -parallel 2 -run 'E2E' -v ./test/vm/
 
-bench: deps build test-bins
+bench: deps build image test-bins components
 	$(GO) run ./bench
 
 demo: deps build test-bins

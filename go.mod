@@ -21,6 +21,7 @@ require (
 	github.com/containerd/ttrpc v1.2.7 // indirect
 	github.com/docker/cli v29.7.2+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
+	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
 	github.com/moby/sys/capability v0.4.0 // indirect

@@ -37,6 +37,7 @@ type files struct {
 	man    manifest
 	// manifestPath is where the manifest lives, as a path on the node.
 	manifestPath string
+	changed      bool // something on the node was (or, dry, would be) written
 }
 
 func (w *files) host(p string) string { return filepath.Join(w.root, p) }
@@ -55,12 +56,14 @@ func (w *files) writeRaw(p string, data []byte, mode os.FileMode, verb string) e
 		return nil
 	}
 	if w.dryRun {
+		w.changed = true
 		fmt.Fprintf(w.out, "would: %s %s\n", verb, p)
 		return nil
 	}
 	if err := atomicfile.Write(w.host(p), data, mode); err != nil {
 		return err
 	}
+	w.changed = true
 	fmt.Fprintf(w.out, "%s %s\n", verb, p)
 	return nil
 }
@@ -72,6 +75,7 @@ func (w *files) symlink(p, target string) error {
 		return nil
 	}
 	if w.dryRun {
+		w.changed = true
 		fmt.Fprintf(w.out, "would: link %s -> %s\n", p, target)
 		return nil
 	}
@@ -82,6 +86,7 @@ func (w *files) symlink(p, target string) error {
 	if err := os.Symlink(target, w.host(p)); err != nil {
 		return err
 	}
+	w.changed = true
 	fmt.Fprintf(w.out, "linked %s -> %s\n", p, target)
 	return nil
 }
@@ -147,6 +152,7 @@ func (w *files) uninstall() error {
 			continue
 		}
 		if w.dryRun {
+			w.changed = true
 			fmt.Fprintf(w.out, "would: restore %s from %s\n", modified, backup)
 			continue
 		}
@@ -154,6 +160,7 @@ func (w *files) uninstall() error {
 			errs = append(errs, err)
 			continue
 		}
+		w.changed = true
 		fmt.Fprintf(w.out, "restored %s\n", modified)
 	}
 	for _, f := range append(m.Files, w.manifestPath) {
@@ -165,6 +172,7 @@ func (w *files) uninstall() error {
 			continue
 		}
 		if w.dryRun {
+			w.changed = w.changed || f != w.manifestPath
 			fmt.Fprintf(w.out, "would: remove %s\n", f)
 			continue
 		}
@@ -172,6 +180,7 @@ func (w *files) uninstall() error {
 			errs = append(errs, err)
 			continue
 		}
+		w.changed = w.changed || f != w.manifestPath
 		fmt.Fprintf(w.out, "removed %s\n", f)
 	}
 	return errors.Join(errs...)

@@ -62,6 +62,9 @@ type HookOptions struct {
 	ConfigPath string // the configuration the hook reads
 	Stage      string // createRuntime, or prestart for runtimes without it
 	DryRun     bool
+	// Copy puts this binary at HookPath and this filesystem's ConfigPath at
+	// ConfigPath on the node: the DaemonSet's init container installs so.
+	Copy bool
 }
 
 // HooksDir is a hooks.d directory a runtime reads, and how install knows.
@@ -174,6 +177,12 @@ func HookDocument(o HookOptions) ([]byte, error) {
 		return nil, &OptionError{fmt.Sprintf("--hook-path %q must be absolute: runtimes run hooks by absolute path", p)}
 	}
 	st, err := os.Stat(filepath.Join(o.Root, p))
+	if o.Copy { // this binary is, or in a dry run would be, there
+		var exe string
+		if exe, err = os.Executable(); err == nil {
+			st, err = os.Stat(exe)
+		}
+	}
 	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 		why := "is not an executable file"
 		if err != nil {
@@ -201,6 +210,13 @@ func HookDocument(o HookOptions) ([]byte, error) {
 // Hook writes the hooks.d file into every directory the node's runtimes
 // read (or o.Dir), and records what it wrote; a second run changes nothing.
 func Hook(o HookOptions, out io.Writer) error {
+	w := &files{root: o.Root, dryRun: o.DryRun, out: out, manifestPath: HookManifest}
+	w.readManifest()
+	if o.Copy {
+		if err := w.copyHook(&o); err != nil {
+			return err
+		}
+	}
 	doc, err := HookDocument(o)
 	if err != nil {
 		return err
@@ -211,8 +227,6 @@ func Hook(o HookOptions, out io.Writer) error {
 			return err
 		}
 	}
-	w := &files{root: o.Root, dryRun: o.DryRun, out: out, manifestPath: HookManifest}
-	w.readManifest()
 	for _, d := range dirs {
 		fmt.Fprintf(out, "%s: %s\n", d.Dir, d.Why)
 		if err := w.writeFile(filepath.Join(d.Dir, HookFileName), doc, 0o644); err != nil {
@@ -220,6 +234,34 @@ func Hook(o HookOptions, out io.Writer) error {
 		}
 	}
 	return w.saveManifest()
+}
+
+// copyHook writes this binary and this filesystem's configuration to the
+// node, as files uninstall removes.
+func (w *files) copyHook(o *HookOptions) error {
+	if filepath.Clean(o.Root) == "/" {
+		return &OptionError{"--copy needs --root: the node's filesystem as this container sees it"}
+	}
+	if o.HookPath == "" || !filepath.IsAbs(o.HookPath) {
+		return &OptionError{"--copy needs --hook-path: the absolute path on the node to copy oomguard-hook to"}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to copy: %w", err)
+	}
+	for _, c := range []struct {
+		from, to string
+		mode     os.FileMode
+	}{{exe, o.HookPath, 0o755}, {o.ConfigPath, o.ConfigPath, 0o644}} {
+		b, err := os.ReadFile(c.from)
+		if err != nil {
+			return fmt.Errorf("read %s to copy to the node: %w", c.from, err)
+		}
+		if err := w.writeFile(c.to, b, c.mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // UninstallHook removes the hooks.d files Hook wrote.

@@ -42,6 +42,11 @@ type NRIOptions struct {
 	// ContainerdConfigVersion is the version of a new containerd config.toml:
 	// 2 (containerd 1.7) or 3 (2.x); 0 keeps the existing one's.
 	ContainerdConfigVersion int
+	// Socket is the NRI socket the runtime listens on; "" is the configuration's.
+	Socket string
+	// Restart restarts the runtimes whose configuration changed, through
+	// the node's systemd; otherwise install says to.
+	Restart bool
 }
 
 // NRI puts the plugin where the runtime launches it, with its configuration,
@@ -53,8 +58,11 @@ func NRI(o NRIOptions, out io.Writer) error {
 		cfg = c
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: fix the configuration first", err)
-	} else {
+	} else if !o.NRIOnly {
 		fmt.Fprintf(out, "note: %s does not exist yet; install it (deploy/config.toml) before the runtime starts the plugin\n", o.ConfigPath)
+	}
+	if o.Socket != "" {
+		cfg.NRI.Socket = o.Socket
 	}
 	var useContainerd, useCRIO bool
 	switch o.Runtime {
@@ -62,6 +70,9 @@ func NRI(o NRIOptions, out io.Writer) error {
 		useContainerd = exists(w.host("/etc/containerd"))
 		useCRIO = exists(w.host("/etc/crio"))
 		if !useContainerd && !useCRIO {
+			if err := generatedConfig(w, cfg); err != nil {
+				return err
+			}
 			return errors.New("found neither /etc/containerd nor /etc/crio: pass --runtime containerd or --runtime crio")
 		}
 	case "containerd":
@@ -93,19 +104,72 @@ func NRI(o NRIOptions, out io.Writer) error {
 	if err := w.saveManifest(); err != nil {
 		return err
 	}
+	var units []string
 	if useContainerd {
-		fmt.Fprintln(out, "restart containerd to apply: systemctl restart containerd")
+		units = append(units, "containerd.service")
 	}
 	if useCRIO {
-		fmt.Fprintln(out, "restart CRI-O to apply: systemctl restart crio")
+		units = append(units, "crio.service")
+	}
+	return w.apply(units, o.Restart)
+}
+
+// UninstallNRI undoes what NRI recorded in its manifest, and restarts the
+// runtimes when asked and something changed.
+func UninstallNRI(root string, dryRun, restart bool, out io.Writer) error {
+	w := &files{root: root, dryRun: dryRun, out: out, manifestPath: NRIManifest}
+	if err := w.uninstall(); err != nil {
+		return err
+	}
+	var units []string
+	for _, u := range []struct{ dir, unit string }{{"/etc/containerd", "containerd.service"}, {"/etc/crio", "crio.service"}} {
+		if exists(w.host(u.dir)) {
+			units = append(units, u.unit)
+		}
+	}
+	return w.apply(units, restart)
+}
+
+// apply makes the runtimes read what changed: nothing when nothing did; a
+// restart through systemd when allowed; else what to run.
+func (w *files) apply(units []string, restart bool) error {
+	switch {
+	case !w.changed:
+		fmt.Fprintln(w.out, "the runtime's configuration is unchanged: no restart needed")
+		return nil
+	case w.dryRun:
+		fmt.Fprintf(w.out, "would: restart %s to apply\n", strings.Join(units, " "))
+		return nil
+	case !restart:
+		fmt.Fprintf(w.out, "restart the runtime to apply: systemctl restart %s\n", strings.Join(units, " "))
+		return nil
+	}
+	for _, u := range units {
+		job, err := RestartUnit(w.root, u)
+		if err != nil {
+			return fmt.Errorf("the configuration changed but %s was not restarted: %w", u, err)
+		}
+		fmt.Fprintf(w.out, "restarted %s (systemd job %s)\n", u, job)
 	}
 	return nil
 }
 
-// UninstallNRI undoes what NRI recorded in its manifest.
-func UninstallNRI(root string, dryRun bool, out io.Writer) error {
-	w := &files{root: root, dryRun: dryRun, out: out, manifestPath: NRIManifest}
-	return w.uninstall()
+// k3s and RKE2 write containerd's configuration at every start, from a
+// template beside it when there is one.
+var generatedContainerd = []string{"/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd"}
+
+// generatedConfig refuses a node whose containerd configuration its
+// distribution regenerates, saying what to add where.
+func generatedConfig(w *files, cfg *config.Config) error {
+	for _, d := range generatedContainerd {
+		if !exists(w.host(d + "/config.toml")) {
+			continue
+		}
+		return fmt.Errorf("%s/config.toml is generated at every start of k3s or RKE2, so a drop-in would not last: "+
+			"copy it to %s/config.toml.tmpl (config-v3.toml.tmpl for containerd 2), append this, and restart k3s or rke2-agent:\n%s",
+			d, d, nriSection(cfg))
+	}
+	return nil
 }
 
 // plugin puts the binary where the runtime launches plugins, with its config.
@@ -130,16 +194,17 @@ func (w *files) plugin(cfg *config.Config, binary, cfgPath string) error {
 }
 
 func containerdDropInText(cfg *config.Config, version int) string {
-	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
-version = %d
+	return fmt.Sprintf("# Written by oomguard-nri install: enables NRI and oomguard's plugin.\nversion = %d\n\n%s", version, nriSection(cfg))
+}
 
-[plugins."io.containerd.nri.v1.nri"]
+func nriSection(cfg *config.Config) string {
+	return fmt.Sprintf(`[plugins."io.containerd.nri.v1.nri"]
   disable = false
   disable_connections = false
   plugin_config_path = %q
   plugin_path = %q
   socket_path = %q
-`, version, PluginConfDir, PluginDir, cfg.NRI.Socket)
+`, PluginConfDir, PluginDir, cfg.NRI.Socket)
 }
 
 func crioDropInText(cfg *config.Config) string {

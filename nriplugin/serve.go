@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	nrilog "github.com/containerd/nri/pkg/log"
@@ -33,12 +34,33 @@ func (p *Plugin) Serve(ctx context.Context, cfg config.NRI, launched bool) error
 			backoff = time.Second
 		}
 		p.log.Warn("not connected to the runtime; retrying", "socket", cfg.Socket, "in", backoff, "err", err)
-		select {
-		case <-ctx.Done():
+		if !waitRetry(ctx, cfg.Socket, backoff) {
 			return nil
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// waitRetry waits out backoff, or less when the socket was missing and
+// appears (NRI switched on, the runtime restarted): false when ctx ends.
+func waitRetry(ctx context.Context, socket string, backoff time.Duration) bool {
+	_, err := os.Stat(socket)
+	missing := err != nil
+	deadline := time.NewTimer(backoff)
+	defer deadline.Stop()
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return true
+		case <-poll.C:
+			if _, err := os.Stat(socket); missing && err == nil {
+				return true
+			}
+		}
 	}
 }
 

@@ -63,10 +63,12 @@ minor=$(echo "$kube" | cut -d. -f2)
 LDFLAGS="-X k8s.io/component-base/version.gitVersion=$kube -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
 	module kubelet test/kubelet go.mod kubelet=k8s.io/kubernetes/cmd/kubelet
 
-# The real helm and kustomize the chart and the kustomization are rendered with.
+# The real helm and kustomize the chart and the kustomization are rendered
+# with, and the test tool that makes the chart's pod a static pod.
 module helm test/helm go.mod \
 	helm=helm.sh/helm/v3/cmd/helm \
-	kustomize=sigs.k8s.io/kustomize/kustomize/v5
+	kustomize=sigs.k8s.io/kustomize/kustomize/v5 \
+	staticpod=./cmd/staticpod
 
 # CRI-O is not on the module proxy: from its release source, vendored.
 crio_src=test/crio/crio-v1.34.11-pruned-src.tar.xz

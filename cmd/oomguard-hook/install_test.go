@@ -156,6 +156,45 @@ func TestInstallFindsHooksDirs(t *testing.T) {
 }
 
 // uninstall removes exactly what install wrote: a file changed since is left.
+// The DaemonSet's hook mode: the init container puts the binary and its
+// configuration on the node beside the hooks.d file; uninstall takes all three.
+func TestInstallCopiesFromContainer(t *testing.T) {
+	root := node(t, map[string]string{"/etc/crio/crio.conf": ""})
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(cfg, []byte("strict = false\n"), 0o644)
+	args := []string{"install", "--root", root, "--copy", "--hook-path", "/opt/oomguard/bin/oomguard-hook", "--config", cfg}
+	if code, out, errs := cli(append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would: wrote /opt/oomguard/bin/oomguard-hook") {
+		t.Fatalf("dry run: %d %s %s", code, out, errs)
+	}
+	if code, out, errs := cli(args...); code != 0 {
+		t.Fatalf("install --copy: %d %s %s", code, out, errs)
+	}
+	exe, _ := os.Executable()
+	want, _ := os.ReadFile(exe)
+	if got, _ := os.ReadFile(filepath.Join(root, "/opt/oomguard/bin/oomguard-hook")); !bytes.Equal(got, want) {
+		t.Fatal("the node's hook is not this binary")
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, cfg)); string(got) != "strict = false\n" {
+		t.Fatalf("the node's configuration: %q", got)
+	}
+	var doc struct{ Hook struct{ Path string } }
+	b, _ := os.ReadFile(filepath.Join(root, "/usr/share/containers/oci/hooks.d/oomguard.json"))
+	if json.Unmarshal(b, &doc); doc.Hook.Path != "/opt/oomguard/bin/oomguard-hook" {
+		t.Fatalf("hooks.d: %s", b)
+	}
+	if code, out, errs := cli("uninstall", "--root", root); code != 0 {
+		t.Fatalf("uninstall: %d %s %s", code, out, errs)
+	}
+	for _, p := range []string{"/opt/oomguard/bin/oomguard-hook", cfg, "/usr/share/containers/oci/hooks.d/oomguard.json"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+			t.Errorf("uninstall left %s", p)
+		}
+	}
+	if code, _, errs := cli("install", "--copy", "--hook-path", "/opt/x", "--config", cfg); code != 2 || !strings.Contains(errs, "--copy needs --root") {
+		t.Fatalf("--copy onto this filesystem: %d %s", code, errs)
+	}
+}
+
 func TestUninstallLeavesChangedFiles(t *testing.T) {
 	root := node(t, nil)
 	if code, _, errb := cli(append([]string{"install", "--root", root}, hookArgs...)...); code != 0 {

@@ -31,9 +31,11 @@ from the oomguard policy when a container is created.
 Usage:
   oomguard-hook [--config FILE] [--strict] [--log-file DEST] [--root DIR]
       Run as a createRuntime (or prestart) hook: reads the OCI state on stdin.
-  oomguard-hook install [--root DIR] [--hooks-dir DIR] [--hook-path PATH] [--config FILE] [--stage STAGE] [--dry-run]
+  oomguard-hook install [--root DIR] [--hooks-dir DIR] [--hook-path PATH] [--config FILE] [--stage STAGE] [--dry-run] [--copy]
       Write oomguard.json into every hooks.d directory CRI-O and podman read
       (their hooks_dir settings, else their default), or --hooks-dir. Idempotent.
+      --copy (from a container, with --root) also puts this binary and the
+      configuration on the node.
   oomguard-hook uninstall [--root DIR] [--dry-run]
       Remove what install wrote, unless it changed since.
   oomguard-hook print-config [same flags as install]
@@ -84,6 +86,7 @@ func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&o.HookPath, "hook-path", "", "absolute path of the oomguard-hook binary the runtime runs (default: this binary)")
 		fs.StringVar(&o.ConfigPath, "config", "", "configuration file the hook reads (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
 		fs.StringVar(&o.Stage, "stage", "createRuntime", "OCI hook stage: createRuntime, or prestart for runtimes without it")
+		fs.BoolVar(&o.Copy, "copy", false, "copy this binary to --hook-path and --config to the same path under --root (the DaemonSet's init container)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2

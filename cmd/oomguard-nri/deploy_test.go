@@ -49,6 +49,12 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatal("no DaemonSet")
 	}
 	spec := dig(ds, "spec", "template", "spec")
+	// Seen from another PID namespace, cgroup.procs lists the node's
+	// processes as 0: Synchronize could fix a running container's group
+	// but not its processes' scores.
+	if spec["hostPID"] != true {
+		t.Errorf("hostPID %v: the plugin must see the node's processes", spec["hostPID"])
+	}
 	if spec["priorityClassName"] != "system-node-critical" {
 		t.Errorf("priorityClassName %v", spec["priorityClassName"])
 	}
@@ -78,6 +84,15 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if !slices.Equal(configMaps, []string{"oomguard-config"}) {
 		t.Errorf("configMaps %v", configMaps)
+	}
+	init := spec["initContainers"].([]any)[0].(map[string]any)
+	for _, a := range init["args"].([]any) {
+		if a := a.(string); a != "install" && !strings.Contains(usage, strings.SplitN(a, "=", 2)[0]) {
+			t.Errorf("the init container passes %s, which install's usage does not document", a)
+		}
+	}
+	if init["args"].([]any)[0] != "install" || !slices.Contains(paths, "/etc") {
+		t.Errorf("the init container must run install against the node's root: %v, volumes %v", init["args"], paths)
 	}
 	if run([]string{"--bogus"}, &strings.Builder{}, &strings.Builder{}) != 2 {
 		t.Error("unknown flag must exit 2")

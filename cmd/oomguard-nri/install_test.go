@@ -243,6 +243,47 @@ func TestInstallNRIOnly(t *testing.T) {
 	}
 }
 
+// The DaemonSet's init container: the socket from its values, a restart
+// only when the runtime's configuration changed, and never one without
+// systemd to ask (the plugin then waits for the operator's).
+func TestInstallRestartOnlyOnChange(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{install.ContainerdConfig: containerd2Config})
+	args := []string{"install", "--root", root, "--binary", bin, "--nri-only", "--socket", "/run/nri/other.sock"}
+	out, code := runInstall(t, args...)
+	if code != 0 || !strings.Contains(out, "restart the runtime to apply: systemctl restart containerd.service") || strings.Contains(out, "does not exist yet") {
+		t.Fatalf("install: %d %s", code, out)
+	}
+	if nri := containerdLoad(t, root); nri["socket_path"] != "/run/nri/other.sock" {
+		t.Fatalf("NRI: %v", nri)
+	}
+	out, code = runInstall(t, append(args, "--restart-runtime")...)
+	if code != 0 || !strings.Contains(out, "unchanged: no restart needed") {
+		t.Fatalf("second install restarts or fails: %d %s", code, out)
+	}
+	os.Remove(filepath.Join(root, install.ContainerdDropIn)) // as nodeadm's rewrite at boot
+	out, code = runInstall(t, append(args, "--restart-runtime")...)
+	if code != 1 || !strings.Contains(out, "was not restarted: the node does not run systemd") {
+		t.Fatalf("a changed node without systemd: %d %s", code, out)
+	}
+	out, code = runInstall(t, "uninstall", "--root", root, "--dry-run", "--restart-runtime")
+	if code != 0 || !strings.Contains(out, "would: restart containerd.service") {
+		t.Fatalf("uninstall --dry-run: %d %s", code, out)
+	}
+}
+
+// k3s regenerates containerd's configuration at every start: install says
+// what to put in the template instead of writing what would be lost.
+func TestInstallK3sSaysWhatToAdd(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml": "version = 3\n"})
+	out, code := runInstall(t, "install", "--root", root, "--binary", bin, "--nri-only")
+	if code != 1 || !strings.Contains(out, "config.toml.tmpl") || !strings.Contains(out, `[plugins."io.containerd.nri.v1.nri"]`) {
+		t.Fatalf("k3s: %d %s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "/etc/containerd")); err == nil {
+		t.Fatal("install wrote a containerd configuration k3s does not read")
+	}
+}
+
 func TestInstallContainerdWithoutConfig(t *testing.T) {
 	root, bin := installRoot(t, map[string]string{"/etc/containerd/.keep": ""})
 	out, code := runInstall(t, "install", "--root", root, "--binary", bin, "--containerd-config-version", "3")

@@ -37,8 +37,10 @@ Usage:
       connection; otherwise it connects to the NRI socket and reconnects when the
       runtime restarts.
   oomguard-nri install [--root DIR] [--runtime auto|containerd|crio] [--dry-run] [--binary PATH] [--config FILE]
-      Put the plugin where the runtime launches it and enable NRI with drop-in files.
-  oomguard-nri uninstall [--root DIR] [--dry-run]
+                       [--nri-only] [--socket PATH] [--restart-runtime]
+      Put the plugin where the runtime launches it and enable NRI with drop-in
+      files; --nri-only for the DaemonSet, which runs the plugin itself.
+  oomguard-nri uninstall [--root DIR] [--dry-run] [--restart-runtime]
       Undo install.
 `
 

@@ -172,3 +172,56 @@ resources:
 		t.Fatalf("PodMonitor: %+v", o["PodMonitor"])
 	}
 }
+
+// The install modes: what the init containers run, and which containers
+// stay; an impossible combination fails at render, not on the nodes.
+func TestE2EChartModes(t *testing.T) {
+	render := func(args ...string) *appsv1.DaemonSet {
+		o := objects(t, tool(t, "helm", append([]string{"template", "oomguard", chart, "--namespace", "kube-system"}, args...)...))
+		return o["DaemonSet"].(*appsv1.DaemonSet)
+	}
+	inits := func(ds *appsv1.DaemonSet) (out []string) {
+		for _, c := range ds.Spec.Template.Spec.InitContainers {
+			out = append(out, strings.Join(append(c.Command, c.Args...), " "))
+		}
+		return out
+	}
+	names := func(ds *appsv1.DaemonSet) (out []string) {
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		args       []string
+		inits      []string
+		containers []string
+	}{
+		{nil, []string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock"}, []string{"oomguard-nri", "oomguard-doctor"}},
+		{[]string{"--set", "restartRuntime=true", "--set", "doctor.enabled=false"},
+			[]string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock --restart-runtime"}, []string{"oomguard-nri"}},
+		{[]string{"--set", "mode=hook"}, []string{"/usr/local/bin/oomguard-hook install --copy --root=/host --hook-path=/opt/oomguard/bin/oomguard-hook --config=/etc/oomguard/config.toml"}, []string{"oomguard-doctor"}},
+		{[]string{"--set", "mode=uninstall", "--set", "restartRuntime=true"},
+			[]string{"/usr/local/bin/oomguard-nri uninstall --root=/host --restart-runtime", "/usr/local/bin/oomguard-hook uninstall --root=/host"}, []string{"oomguard-doctor"}},
+	} {
+		ds := render(tc.args...)
+		if got := inits(ds); !reflect.DeepEqual(got, tc.inits) {
+			t.Errorf("%v: init containers %q, want %q", tc.args, got, tc.inits)
+		}
+		if got := names(ds); !reflect.DeepEqual(got, tc.containers) {
+			t.Errorf("%v: containers %q, want %q", tc.args, got, tc.containers)
+		}
+		if !ds.Spec.Template.Spec.HostPID {
+			t.Errorf("%v: the pod must see the node's processes (cgroup.procs shows others' as 0)", tc.args)
+		}
+		if !ds.Spec.Template.Spec.HostNetwork {
+			t.Errorf("%v: the pod must use the node's network, to run before the pod network", tc.args)
+		}
+	}
+	for _, bad := range [][]string{{"--set", "mode=hook", "--set", "doctor.enabled=false"}, {"--set", "mode=sidecar"}} {
+		cmd := exec.Command(filepath.Join(component, "helm"), append([]string{"template", "oomguard", chart}, bad...)...)
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "mode") {
+			t.Errorf("%v renders: %s", bad, out)
+		}
+	}
+}

@@ -221,19 +221,27 @@ func WithRuntime(g *Guest, rt Runtime, files map[string]runcbundle.ImageFile) er
 	if err != nil {
 		return err
 	}
-	var index strings.Builder
 	for _, name := range []string{PauseImage, WorkloadImage, SelectorImage} {
 		img := map[string]v1.Image{PauseImage: pause, WorkloadImage: work, SelectorImage: sel}[name]
-		archive := filepath.Join(g.dir, strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
-		if err := runcbundle.WriteOCIArchive(archive, name, img); err != nil {
+		if err := g.Image(name, img); err != nil {
 			return err
 		}
-		if err := g.CopyFile("/images/"+filepath.Base(archive), archive); err != nil {
-			return err
-		}
-		fmt.Fprintf(&index, "/images/%s %s\n", filepath.Base(archive), name)
 	}
-	g.File("/images/index", []byte(index.String()), 0o644)
+	return nil
+}
+
+// Image puts img into the VM as ref, for start_runtime to import into the
+// runtime's store.
+func (g *Guest) Image(ref string, img v1.Image) error {
+	archive := filepath.Join(g.dir, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+	if err := runcbundle.WriteOCIArchive(archive, ref, img); err != nil {
+		return err
+	}
+	if err := g.CopyFile("/images/"+filepath.Base(archive), archive); err != nil {
+		return err
+	}
+	g.images = append(g.images, fmt.Sprintf("/images/%s %s\n", filepath.Base(archive), ref))
+	g.File("/images/index", []byte(strings.Join(g.images, "")), 0o644)
 	return nil
 }
 

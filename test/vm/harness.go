@@ -39,6 +39,7 @@ func Scenarios() []Scenario {
 			Variant{Name: "with-nri", Check: guarded},
 			// The verifier off (60 s): only PostStartContainer can fix the score.
 			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s"), Check: fixedAfterStart}),
+		daemonsetScenario(),
 	}
 }
 
@@ -127,6 +128,7 @@ type Guest struct {
 	a       *archive
 	dir     string // host scratch space for bundles
 	bundles map[string]*runcbundle.Bundle
+	images  []string // "/images/ARCHIVE REF" lines of /images/index
 }
 
 // Bundle makes a busybox container bundle that the VM finds at /bundles/NAME.
@@ -505,9 +507,19 @@ start_runtime() {
 		fi
 		rm -f /run/crio/crio.sock
 		crio --config /etc/crio/crio.conf >>/tmp/crio.log 2>&1 &
+		echo $! > /run/crio.pid
 		wait_socket /run/crio/crio.sock 90 crio /tmp/crio.log CRIO
 		;;
 	esac
+}
+
+# restart_runtime: stop the runtime as systemd does (SIGTERM, its
+# containers left running) and start it again.
+restart_runtime() {
+	pid=$(cat /run/$RUNTIME.pid)
+	kill $pid
+	i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+	start_runtime
 }
 
 # start_kubelet: a real kubelet, standalone, on the node's runtime.
@@ -523,12 +535,12 @@ add_pod() {
 	cp /pods/$1.yaml /etc/kubernetes/.$1.yaml && mv /etc/kubernetes/.$1.yaml /etc/kubernetes/manifests/$1.yaml
 }
 
-# wait_pod NAME [running|exited]: until kubelet's pod NAME has its container
+# wait_pod NAME [running|exited] [--container C]: until kubelet's pod NAME has its container
 # in that state (5 minutes at most: seven pods start at once on one slow
 # core); kubeletish records it for inspect and exec.
 # A pod that never gets there ends the boot, with the logs.
 wait_pod() {
-	kubeletish pod $1 --until ${2:-running} --timeout 300s && return
+	kubeletish pod $1 --until ${2:-running} --timeout 300s $3 && return
 	grep -v "^I\|nodeIP can't be loopback" /tmp/kubelet.log | tail -40 | sed 's/^/@@KUBELET /'
 	grep "$1" /tmp/kubelet.log | tail -20 | sed 's/^/@@KUBELET /'
 	head -3 /proc/meminfo | sed 's/^/@@MEMINFO /'

@@ -338,6 +338,7 @@ func waitPod(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("pod", flag.ContinueOnError)
 	until := fs.String("until", "running", "running, exited, or gone (none running)")
 	timeout := fs.Duration("timeout", 150*time.Second, "how long to wait")
+	container := fs.String("container", "", "only the container of this name (not an init container before it)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -350,8 +351,11 @@ func waitPod(ctx context.Context, args []string) error {
 	defer done()
 	want := map[string]cri.ContainerState{"running": cri.ContainerState_CONTAINER_RUNNING, "exited": cri.ContainerState_CONTAINER_EXITED}[*until]
 	for {
-		list, err := rs.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{
-			LabelSelector: map[string]string{"io.kubernetes.pod.name": name + "-node"}}})
+		labels := map[string]string{"io.kubernetes.pod.name": name + "-node"}
+		if *container != "" {
+			labels["io.kubernetes.container.name"] = *container
+		}
+		list, err := rs.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{LabelSelector: labels}})
 		if err == nil && *until == "gone" && !slices.ContainsFunc(list.Containers, func(c *cri.Container) bool {
 			return c.State == cri.ContainerState_CONTAINER_RUNNING
 		}) {

@@ -1,0 +1,43 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// systemdPrivate is systemd's own D-Bus socket: systemctl's way in as root,
+// with no bus daemon needed.
+const systemdPrivate = "/run/systemd/private"
+
+// RestartUnit asks the node's systemd to restart unit, as `systemctl
+// restart` does, and returns its job; root is the node's filesystem root,
+// whose /run/systemd must be the node's.
+func RestartUnit(root, unit string) (dbus.ObjectPath, error) {
+	if !exists(filepath.Join(root, "/run/systemd/system")) {
+		return "", fmt.Errorf("the node does not run systemd (no %s): restart the runtime yourself", filepath.Join(root, "/run/systemd/system"))
+	}
+	sock := filepath.Join(root, systemdPrivate)
+	conn, err := dbus.Dial("unix:path=" + sock)
+	if err != nil {
+		return "", fmt.Errorf("connect to systemd at %s (mount the node's /run/systemd there): %w", sock, err)
+	}
+	defer conn.Close()
+	if err := conn.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+		return "", fmt.Errorf("authenticate to systemd at %s (install runs as root): %w", sock, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var job dbus.ObjectPath
+	err = conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1").
+		CallWithContext(ctx, "org.freedesktop.systemd1.Manager.RestartUnit", 0, unit, "replace").Store(&job)
+	if err != nil {
+		return "", fmt.Errorf("systemd RestartUnit %s: %w", unit, err)
+	}
+	return job, nil
+}

@@ -20,7 +20,7 @@ RACE_PKGS := ./nriplugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
 # Fuzz targets of the parsers of untrusted input, run briefly by make test;
 # their corpora are in each package's testdata/fuzz.
 FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
-	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables \
+	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./internal/escape:FuzzTerminal
 FUZZTIME ?= 3s
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.

@@ -65,8 +65,13 @@ func TestIncidentNode(t *testing.T) {
 	if code != 2 {
 		t.Errorf("exit %d, want 2 (critical)", code)
 	}
+	// The BestEffort sleep at 1000 outranks every daemon and frees nothing:
+	// the kernel kills it, then the daemons, before the runaway at -997.
 	r := fs["oom-ranking"]
-	if r.Severity != Critical || len(r.Details) != 2 || !strings.Contains(r.Details[0], "sshd[400] oom_score 2") || !strings.Contains(r.Summary, "pod 8f1d2c3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f container 3f4e5d6c7b8a") {
+	if r.Severity != Critical || !strings.Contains(r.Summary, "pod 8f1d2c3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f container 3f4e5d6c7b8a") ||
+		!strings.Contains(r.Summary, "3 node daemons before it: sshd[400], systemd-network[410], rpcbind[415]") ||
+		!strings.Contains(strings.Join(r.Details, "\n")+"\n", "killed before it, in order: sleep[600] (pod 1a2b3c4d-0000-4000-8000-000000000001), sshd[400], systemd-network[410], rpcbind[415]\n") ||
+		!strings.Contains(r.Details[0], "limits sum to 178.0 GiB (0.93× RAM)") {
 		t.Errorf("oom-ranking: %+v", r)
 	}
 	g := fs["group-kill"]
@@ -79,21 +84,30 @@ func TestRanking(t *testing.T) {
 	fixed := incidentProcs()
 	for i := range fixed {
 		if fixed[i].Cgroup == podCg || strings.HasPrefix(fixed[i].Cgroup, podCg) {
-			fixed[i].Adj, fixed[i].Score = 900, 950
+			fixed[i].Adj = 900
 		}
 	}
 	noPods := incidentProcs()[:5]
+	limited := map[string]string{"sys/fs/cgroup" + podCg + "/memory.max": "8589934592\n"}
+	podLevel := map[string]string{"sys/fs/cgroup/kubepods.slice/memory.max": "68719476736\n", "sys/fs/cgroup/kubepods.slice/memory.current": "2168455168\n"}
 	for _, tc := range []struct {
 		name  string
 		procs []proc
+		files map[string]string
 		want  Severity
+		in    string
 	}{
-		{"fixed by oomguard", fixed, OK},
-		{"no pods", noPods, Info},
+		{"fixed by oomguard", fixed, nil, OK, "the kernel would kill each one's runaway before any node daemon"},
+		{"no pods", noPods, nil, Info, ""},
+		// An 8 GiB limit stops the runaway first: a cgroup OOM, not the node's.
+		{"its own limit stops it", incidentProcs(), limited, OK, "1 of 2 containers can fill the node"},
+		{"an ancestor's limit stops it", incidentProcs(), podLevel, OK, "none of 2 containers can fill the node"},
+		{"unreadable usage", incidentProcs(), map[string]string{"sys/fs/cgroup" + podCg + "/memory.current": "garbage"}, Unknown, ""},
+		{"no meminfo", incidentProcs(), map[string]string{"proc/meminfo": "<missing>"}, Unknown, "meminfo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs, _ := findings(t, fixture(t, tc.procs, nil))
-			if f := fs["oom-ranking"]; f.Severity != tc.want {
+			fs, _ := findings(t, fixture(t, tc.procs, tc.files))
+			if f := fs["oom-ranking"]; f.Severity != tc.want || !strings.Contains(f.Summary, tc.in) {
 				t.Fatalf("%+v", f)
 			}
 		})
@@ -139,10 +153,10 @@ func TestConsole(t *testing.T) {
 		want  Severity
 		secs  float64
 	}{
-		// 408 tasks × 145 characters at 11,520 characters a second.
-		{"incident at 115200", many, nil, Critical, 408 * 145 / 11520.0},
-		{"few tasks", incidentProcs(), nil, OK, 8 * 145 / 11520.0},
-		{"default 9600 baud", incidentProcs(), map[string]string{"proc/cmdline": "console=ttyS0\n"}, Warning, 8 * 145 / 960.0},
+		// 410 tasks × 145 characters at 11,520 characters a second.
+		{"incident at 115200", many, nil, Critical, 410 * 145 / 11520.0},
+		{"few tasks", incidentProcs(), nil, OK, 10 * 145 / 11520.0},
+		{"default 9600 baud", incidentProcs(), map[string]string{"proc/cmdline": "console=ttyS0\n"}, Warning, 10 * 145 / 960.0},
 		{"dump off", many, map[string]string{"proc/sys/vm/oom_dump_tasks": "0\n"}, OK, -1},
 		{"quiet loglevel", many, map[string]string{"proc/sys/kernel/printk": "4 4 1 7\n"}, OK, 0},
 		{"no serial console", many, map[string]string{"proc/consoles": "tty0 -WU (EC p ) 4:1\n"}, OK, -1},

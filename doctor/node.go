@@ -20,6 +20,9 @@ type node struct {
 	sample time.Duration
 	// ctrs caches containerOf by cgroup path: a container's processes share one.
 	ctrs map[string]ctrRef
+	mem  kernel.Meminfo
+	// memErr is why mem is unknown.
+	memErr error
 }
 
 // ctrRef is where a cgroup path puts a process: its pod and container.
@@ -66,8 +69,14 @@ func loadNode(root string, cfg *config.Config, sample time.Duration) (*node, err
 			n.procs = append(n.procs, procs[i])
 		}
 	}
+	n.mem, n.memErr = kernel.ReadMeminfo(root)
+	total := n.mem.TotalPages()
 	for i := range n.procs {
-		n.byPid[n.procs[i].Pid] = &n.procs[i]
+		p := &n.procs[i]
+		n.byPid[p.Pid] = p
+		if !p.Kernel {
+			p.OOMScore = kernel.OOMScore(kernel.Badness(p.MemKB, p.OOMScoreAdj, total), total)
+		}
 	}
 	return n, nil
 }

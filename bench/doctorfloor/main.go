@@ -12,7 +12,7 @@ import (
 	"syscall"
 )
 
-var files = []string{"stat", "cmdline", "oom_score", "oom_score_adj", "cgroup"}
+var files = []string{"stat", "cmdline", "status", "oom_score_adj", "cgroup"}
 
 func main() {
 	root := os.Args[1]
@@ -42,7 +42,7 @@ func main() {
 		}()
 	}
 	wg.Wait()
-	for _, f := range []string{"proc/sys/vm/oom_dump_tasks", "proc/consoles", "proc/cmdline", "proc/sys/kernel/printk", "proc/interrupts", "proc/stat", "sys/fs/cgroup/cgroup.stat"} {
+	for _, f := range []string{"proc/meminfo", "proc/sys/vm/oom_dump_tasks", "proc/consoles", "proc/cmdline", "proc/sys/kernel/printk", "proc/interrupts", "proc/stat", "sys/fs/cgroup/cgroup.stat"} {
 		read(root+"/"+f, make([]byte, 4096))
 	}
 }

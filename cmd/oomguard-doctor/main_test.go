@@ -53,14 +53,14 @@ func TestOutputsAndErrors(t *testing.T) {
 	if code := run([]string{"--root", root, "--prometheus", "--sample", "0", "--config", writeDefaultConfig(t)}, &out, &errb); code != 2 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{`oomguard_doctor_severity{check="oom-ranking"} 4`, "oomguard_doctor_daemons_outranking_pods 2", "# TYPE oomguard_doctor_console_dump_seconds gauge"} {
+	for _, want := range []string{`oomguard_doctor_severity{check="oom-ranking"} 4`, "oomguard_doctor_daemons_outranking_pods 3", "# TYPE oomguard_doctor_console_dump_seconds gauge"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("prometheus output lacks %q:\n%s", want, out.String())
 		}
 	}
 	out.Reset()
 	run([]string{"--root", root, "--tree", "--sample", "0", "--config", writeDefaultConfig(t)}, &out, &errb)
-	for _, want := range []string{"CRITICAL  oom-ranking", "fix: ", "[1] systemd: 0 (+0)", "    [510] systemd: 0 (-997)  [pod 8f1d2c3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f container 3f4e5d6c7b8a]", "[400] sshd: 2 (+0)  [node daemon]"} {
+	for _, want := range []string{"CRITICAL  oom-ranking", "fix: ", "[1] systemd: 666 (+0)", "    [510] systemd: 2 (-997)  [pod 8f1d2c3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f container 3f4e5d6c7b8a]", "[400] sshd: 666 (+0)  [node daemon]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}

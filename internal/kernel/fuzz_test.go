@@ -70,3 +70,15 @@ func FuzzParseProcTables(f *testing.F) {
 		}
 	})
 }
+
+// /proc/PID/status and /proc/meminfo: a process names itself in them (Name:
+// is its comm), so a kB value is never negative and nothing panics.
+func FuzzStatusKB(f *testing.F) {
+	f.Add([]byte("Name:\tVmRSS: 99 kB\nVmRSS:\t  4096 kB\nVmSwap:\t0 kB\n"), "VmRSS:")
+	f.Add([]byte("MemTotal: -5 kB\n"), "MemTotal:")
+	f.Fuzz(func(t *testing.T, b []byte, key string) {
+		if v := statusKB(b, key); v < 0 {
+			t.Fatalf("%q %q: %d", b, key, v)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,23 +260,83 @@ func TestReadMemoryEvents(t *testing.T) {
 	}
 }
 
+// Linux 6.1's arithmetic (oom_badness, proc_oom_score), for 4 KiB pages,
+// checked against numbers a real kernel showed: the VM scenario compares
+// the doctor's scores with /proc/PID/oom_score on every process.
+func TestOOMArithmetic(t *testing.T) {
+	if PageKB != 4 {
+		t.Skip("the figures are for 4 KiB pages")
+	}
+	total := int64(201326592 / 4) // 192 GiB, no swap
+	for _, tc := range []struct {
+		memKB int64
+		adj   int
+		score int
+	}{
+		{9 << 10, 0, 666},      // a small daemon at 0: not 0 or 1, as fixtures once had
+		{2 << 20, -997, 9},     // 2 GiB at -997
+		{1 << 10, 1000, 1332},  // a BestEffort sleep
+		{0, -1000, 0},          // never chosen
+		{190 << 20, -997, 662}, // grown to nearly the whole node
+		{120 << 10, -999, 1},   // kubelet
+	} {
+		b := Badness(tc.memKB, tc.adj, total)
+		if got := OOMScore(b, total); got != tc.score {
+			t.Errorf("%d kB at %d: score %d, want %d (badness %d)", tc.memKB, tc.adj, got, tc.score, b)
+		}
+	}
+	if Badness(0, -1000, total) != math.MinInt64 {
+		t.Error("oom_score_adj -1000 must never be chosen")
+	}
+}
+
+func TestMeminfoAndHeadroom(t *testing.T) {
+	root := tree(t, map[string]string{
+		"proc/meminfo":                       "MemTotal:       16384000 kB\nMemFree: 100 kB\nMemAvailable:    8192000 kB\nSwapTotal:       1024 kB\nSwapFree: 0 kB\n",
+		"sys/fs/cgroup/cgroup.controllers":   "memory",
+		"sys/fs/cgroup/a/memory.max":         "1073741824\n",
+		"sys/fs/cgroup/a/memory.current":     "73741824\n",
+		"sys/fs/cgroup/a/b/memory.max":       "max\n",
+		"sys/fs/cgroup/a/b/c/memory.max":     "2147483648\n",
+		"sys/fs/cgroup/a/b/c/memory.current": "1024\n",
+		"sys/fs/cgroup/x/memory.max":         "4096\n",
+		"sys/fs/cgroup/x/memory.current":     "garbage\n",
+	})
+	m, err := ReadMeminfo(root)
+	if err != nil || m.TotalKB != 16384000 || m.AvailableKB != 8192000 || m.SwapKB != 1024 || m.TotalPages() != (16384000+1024)/PageKB {
+		t.Fatalf("%+v %v", m, err)
+	}
+	if h, by, limited, err := MemoryHeadroom(root, ModeV2, "/a/b/c"); err != nil || !limited || by != "/a" || h != 1<<30-73741824 {
+		t.Fatalf("headroom %d by %s limited %v: %v", h, by, limited, err)
+	}
+	if _, _, limited, err := MemoryHeadroom(root, ModeV2, "/free"); err != nil || limited {
+		t.Fatalf("no limit: %v %v", limited, err)
+	}
+	if _, _, _, err := MemoryHeadroom(root, ModeV2, "/x"); err == nil {
+		t.Fatal("an unreadable usage must be an error, not unlimited")
+	}
+	if _, err := ReadMeminfo(t.TempDir()); err == nil {
+		t.Fatal("no meminfo must be an error")
+	}
+}
+
 func TestProcReader(t *testing.T) {
 	long := strings.Repeat("x", 9000)
 	root := tree(t, map[string]string{
 		"proc/7/stat":          "7 (my (odd) name) S 1 7 7 0 -1 4194560 0 0\n",
 		"proc/7/cmdline":       "/bin/" + long + "\x00-v\x00",
-		"proc/7/oom_score":     "12\n",
+		"proc/7/status":        "Name:\tmy (odd) name\nVmPeak:\t  9000 kB\nVmRSS:\t  4096 kB\nRssAnon:\t 4000 kB\nVmPTE:\t    64 kB\nVmSwap:\t   128 kB\nThreads:\t1\n",
 		"proc/7/oom_score_adj": "-997\n",
 		"proc/7/cgroup":        "0::/kubepods/pod1/c\n",
 		"proc/2/stat":          "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0\n",
 		"proc/2/cmdline":       "",
-		"proc/2/oom_score":     "0",
+		"proc/2/status":        "Name:\tkthreadd\nThreads:\t1\n",
 		"proc/2/oom_score_adj": "0",
 		"proc/2/cgroup":        "0::/\n",
 	})
 	r := NewProcReader(root, ModeV2)
 	p, err := r.Read(7)
-	if err != nil || p.Comm != "my (odd) name" || p.PPid != 1 || p.Kernel || p.OOMScore != 12 || p.OOMScoreAdj != -997 ||
+	if err != nil || p.Comm != "my (odd) name" || p.PPid != 1 || p.Kernel || p.MemKB != 4096+64+128 || p.OOMScoreAdj != -997 ||
 		p.Cgroup != "/kubepods/pod1/c" || len(p.Cmdline) != 2 || p.Cmdline[0] != "/bin/"+long {
 		t.Fatalf("%+v %v", p, err)
 	}

@@ -18,8 +18,11 @@ type Process struct {
 	Pid, PPid   int
 	Comm        string
 	Cmdline     []string
-	OOMScore    int
+	OOMScore    int // from the kernel's formula over MemKB, as /proc/PID/oom_score shows it
 	OOMScoreAdj int
+	// MemKB is what the OOM killer counts a process for: resident, swapped
+	// and page tables (VmRSS + VmSwap + VmPTE), in kB.
+	MemKB int64
 	Cgroup      string // in the memory controller's hierarchy; "" when unknown
 	Kernel      bool   // a kernel thread: no mm, never an OOM victim
 }
@@ -117,9 +120,11 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 	if c := strings.TrimRight(string(cmd), "\x00"); c != "" {
 		p.Cmdline = strings.Split(c, "\x00")
 	}
-	if p.OOMScore, err = r.int(pid, "oom_score"); err != nil {
+	status, err := r.file(pid, "status")
+	if err != nil {
 		return p, err
 	}
+	p.MemKB = statusKB(status, "VmRSS:") + statusKB(status, "VmSwap:") + statusKB(status, "VmPTE:")
 	if p.OOMScoreAdj, err = r.int(pid, "oom_score_adj"); err != nil {
 		return p, err
 	}

@@ -19,7 +19,7 @@ func Large(procs, ctrs int) ([]Proc, map[string]string) {
 	}
 	out := []Proc{{Pid: 1, Comm: "systemd", Cmdline: "/lib/systemd/systemd\x00--system"}}
 	for pid := 2; pid <= 100; pid++ {
-		out = append(out, Proc{Pid: pid, PPid: 1, Comm: "sshd", Cmdline: "/usr/sbin/sshd\x00-D", Score: 666, Cgroup: "/system.slice/sshd.service"})
+		out = append(out, Proc{Pid: pid, PPid: 1, Comm: "sshd", Cmdline: "/usr/sbin/sshd\x00-D", RSSKB: 8 << 10, Cgroup: "/system.slice/sshd.service"})
 	}
 	perCtr := (procs - len(out)) / ctrs
 	pid := 100
@@ -28,13 +28,13 @@ func Large(procs, ctrs int) ([]Proc, map[string]string) {
 		files["sys/fs/cgroup"+cg+"/memory.oom.group"] = "1\n"
 		pid++
 		shim := pid
-		out = append(out, Proc{Pid: shim, PPid: 1, Comm: "containerd-shim", Cmdline: "/usr/bin/containerd-shim-runc-v2\x00-id\x00x", Adj: -998, Cgroup: "/system.slice/containerd.service"})
+		out = append(out, Proc{Pid: shim, PPid: 1, Comm: "containerd-shim", Cmdline: "/usr/bin/containerd-shim-runc-v2\x00-id\x00x", Adj: -998, RSSKB: 10 << 10, Cgroup: "/system.slice/containerd.service"})
 		pid++
 		init := pid
-		out = append(out, Proc{Pid: init, PPid: shim, Comm: "systemd", Cmdline: "/lib/systemd/systemd", Adj: -997, Cgroup: cg})
+		out = append(out, Proc{Pid: init, PPid: shim, Comm: "systemd", Cmdline: "/lib/systemd/systemd", Adj: -997, RSSKB: 20 << 10, Cgroup: cg})
 		for w := 2; w < perCtr; w++ {
 			pid++
-			out = append(out, Proc{Pid: pid, PPid: init, Comm: "python3", Cmdline: "/usr/bin/python3\x00train.py", Adj: -997, Cgroup: cg})
+			out = append(out, Proc{Pid: pid, PPid: init, Comm: "python3", Cmdline: "/usr/bin/python3\x00train.py", Adj: -997, RSSKB: 500 << 10, Cgroup: cg})
 		}
 	}
 	return out, files

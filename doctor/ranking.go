@@ -18,9 +18,9 @@ const rankingAssumes = "model: the runaway is the container's biggest process, a
 type runaway struct {
 	proc      *kernel.Process
 	pod, id   string
-	canFill   bool   // it runs the node out of memory before a limit stops it
-	limitedBy string // the cgroup whose limit stops it, if one does
-	badness   int64  // grown
+	canFill   bool              // it runs the node out of memory before a limit stops it
+	limitedBy string            // the cgroup whose limit stops it, if one does
+	badness   int64             // grown
 	before    []*kernel.Process // killed before it, in the kernel's order
 	daemons   int               // node daemons among them
 }

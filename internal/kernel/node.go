@@ -22,9 +22,9 @@ type Process struct {
 	OOMScoreAdj int
 	// MemKB is what the OOM killer counts a process for: resident, swapped
 	// and page tables (VmRSS + VmSwap + VmPTE), in kB.
-	MemKB int64
-	Cgroup      string // in the memory controller's hierarchy; "" when unknown
-	Kernel      bool   // a kernel thread: no mm, never an OOM victim
+	MemKB  int64
+	Cgroup string // in the memory controller's hierarchy; "" when unknown
+	Kernel bool   // a kernel thread: no mm, never an OOM victim
 }
 
 // ProcReader reads processes with one reusable buffer and three system

@@ -48,7 +48,15 @@ type Doctor struct {
 	// DyingMemcgsWarning and DyingMemcgsCritical are zombie memory cgroup thresholds.
 	DyingMemcgsWarning  int `toml:"dying_memcgs_warning"`
 	DyingMemcgsCritical int `toml:"dying_memcgs_critical"`
+	// ConsoleFix is what `oomguard-doctor remediate` changes so that an OOM
+	// kill does not hold a slow serial console: "oom_dump_tasks" (no task
+	// dump) and "printk" (console log level 4: the kill line only). Empty:
+	// nothing, and what it changed before is undone.
+	ConsoleFix []string `toml:"console_fix"`
 }
+
+// ConsoleFixes are the values Doctor.ConsoleFix accepts.
+var ConsoleFixes = []string{"oom_dump_tasks", "printk"}
 
 // defaultDaemons are the node daemons whose loss took the incident's node down.
 var defaultDaemons = []string{
@@ -305,6 +313,11 @@ func (c *Config) Validate() error {
 			continue
 		}
 		c.Annotations.trusted = append(c.Annotations.trusted, re)
+	}
+	for _, f := range c.Doctor.ConsoleFix {
+		if !slices.Contains(ConsoleFixes, f) {
+			add("doctor.console_fix %q: want any of %q", f, ConsoleFixes)
+		}
 	}
 	if c.Doctor.DyingMemcgsWarning < 0 || c.Doctor.DyingMemcgsCritical < c.Doctor.DyingMemcgsWarning {
 		add("doctor.dying_memcgs_warning %d and doctor.dying_memcgs_critical %d: want 0 ≤ warning ≤ critical", c.Doctor.DyingMemcgsWarning, c.Doctor.DyingMemcgsCritical)

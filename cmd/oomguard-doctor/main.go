@@ -1,8 +1,9 @@
 // oomguard-doctor reads a node's /proc and /sys and reports every OOM risk
 // the incidents found, worst first, each with its fix. It never writes to
-// the node.
+// the node, but for remediate, which an operator opts into.
 //
 //	oomguard-doctor [--root DIR] [--json | --prometheus] [--tree] [--sample D] [--output FILE [--interval D]]
+//	oomguard-doctor remediate [--root DIR] [--config FILE] [--undo] [--dry-run]
 //
 // Exit status: 0 ok, 1 warning, 2 critical, 4 usage or read errors.
 package main
@@ -19,6 +20,7 @@ import (
 	"github.com/oomguard/oomguard/internal/version"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/console"
 	"github.com/oomguard/oomguard/doctor"
 	"github.com/oomguard/oomguard/internal/atomicfile"
 )
@@ -31,6 +33,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if version.Asked(args) {
 		fmt.Fprintln(stdout, version.String("oomguard-doctor"))
 		return 0
+	}
+	if len(args) > 0 && args[0] == "remediate" {
+		return remediate(args[1:], stdout, stderr)
 	}
 	fl := flag.NewFlagSet("oomguard-doctor", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -88,6 +93,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		time.Sleep(*interval)
 	}
+}
+
+// remediate applies the configuration's doctor.console_fix to the node (the
+// DaemonSet's init container runs it), or undoes it.
+func remediate(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("oomguard-doctor remediate", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	root := fl.String("root", "/", "the node's filesystem root: its /proc/sys and /etc")
+	cfgPath := fl.String("config", "", "configuration whose doctor.console_fix says what to set (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+	undo := fl.Bool("undo", false, "restore what remediate changed, and remove its drop-in")
+	dryRun := fl.Bool("dry-run", false, "show what would change without changing anything")
+	if err := fl.Parse(args); err != nil {
+		return 4
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "oomguard-doctor remediate: unexpected argument %q\n", fl.Arg(0))
+		return 4
+	}
+	var err error
+	if *undo {
+		err = console.Undo(*root, *dryRun, stdout)
+	} else {
+		var cfg *config.Config
+		if cfg, err = config.Find(*cfgPath); err == nil {
+			err = console.Apply(*root, cfg.Doctor.ConsoleFix, *dryRun, stdout)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "oomguard-doctor remediate: %v\n", err)
+		return 4
+	}
+	return 0
 }
 
 func isTerminal(w io.Writer) bool {

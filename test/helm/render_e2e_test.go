@@ -197,12 +197,12 @@ func TestE2EChartModes(t *testing.T) {
 		inits      []string
 		containers []string
 	}{
-		{nil, []string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock"}, []string{"oomguard-nri", "oomguard-doctor"}},
+		{nil, []string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock", "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-nri", "oomguard-doctor"}},
 		{[]string{"--set", "restartRuntime=true", "--set", "doctor.enabled=false"},
-			[]string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock --restart-runtime"}, []string{"oomguard-nri"}},
-		{[]string{"--set", "mode=hook"}, []string{"/usr/local/bin/oomguard-hook install --copy --root=/host --hook-path=/opt/oomguard/bin/oomguard-hook --config=/etc/oomguard/config.toml"}, []string{"oomguard-doctor"}},
+			[]string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock --restart-runtime", "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-nri"}},
+		{[]string{"--set", "mode=hook"}, []string{"/usr/local/bin/oomguard-hook install --copy --root=/host --hook-path=/opt/oomguard/bin/oomguard-hook --config=/etc/oomguard/config.toml", "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-doctor"}},
 		{[]string{"--set", "mode=uninstall", "--set", "restartRuntime=true"},
-			[]string{"/usr/local/bin/oomguard-nri uninstall --root=/host --restart-runtime", "/usr/local/bin/oomguard-hook uninstall --root=/host"}, []string{"oomguard-doctor"}},
+			[]string{"/usr/local/bin/oomguard-doctor remediate --root=/host --undo", "/usr/local/bin/oomguard-nri uninstall --root=/host --restart-runtime", "/usr/local/bin/oomguard-hook uninstall --root=/host"}, []string{"oomguard-doctor"}},
 	} {
 		ds := render(tc.args...)
 		if got := inits(ds); !reflect.DeepEqual(got, tc.inits) {

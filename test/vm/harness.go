@@ -26,7 +26,7 @@ import (
 
 // Scenarios lists every scenario, in the order the demo tells them.
 func Scenarios() []Scenario {
-	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), killOrderScenario(), criLifecycle(),
+	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), killOrderScenario(), consoleScenario(), criLifecycle(),
 		kubeScenario("kubelet-containerd", Containerd2,
 			Variant{Name: "without", Check: unguarded},
 			Variant{Name: "with-nri", Check: guarded}),

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// remediate on a node tree: the sysctls at once and in a drop-in, a second
+// run changes nothing, a narrower configuration undoes what it no longer
+// asks for, and --undo restores the node unless someone changed it since.
+func TestRemediate(t *testing.T) {
+	root := t.TempDir()
+	for p, c := range map[string]string{"proc/sys/vm/oom_dump_tasks": "1\n", "proc/sys/kernel/printk": "7\t4\t1\t7\n"} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	cfg := func(body string) string {
+		p := filepath.Join(t.TempDir(), "c.toml")
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	both, dumpOnly := cfg("[doctor]\nconsole_fix = [\"oom_dump_tasks\", \"printk\"]\n"), cfg("[doctor]\nconsole_fix = [\"oom_dump_tasks\"]\n")
+	read := func(p string) string { b, _ := os.ReadFile(filepath.Join(root, p)); return string(b) }
+	do := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"remediate", "--root", root}, args...), &out, &errb); code != 0 {
+			t.Fatalf("remediate %v: %d %s%s", args, code, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	if out := do("--config", both, "--dry-run"); !strings.Contains(out, "would: set vm.oom_dump_tasks = 0") || read("proc/sys/vm/oom_dump_tasks") != "1\n" {
+		t.Fatalf("dry run: %s", out)
+	}
+	do("--config", both)
+	if read("proc/sys/vm/oom_dump_tasks") != "0\n" || read("proc/sys/kernel/printk") != "4 4 1 7\n" {
+		t.Fatalf("sysctls: %q %q", read("proc/sys/vm/oom_dump_tasks"), read("proc/sys/kernel/printk"))
+	}
+	if d := read("etc/sysctl.d/90-oomguard-console.conf"); !strings.Contains(d, "kernel.printk = 4 4 1 7\nvm.oom_dump_tasks = 0\n") {
+		t.Fatalf("drop-in: %q", d)
+	}
+	if out := do("--config", both); strings.Contains(out, "set ") && !strings.Contains(out, "unchanged") {
+		t.Fatalf("second run: %s", out)
+	}
+	do("--config", dumpOnly)
+	if strings.Join(strings.Fields(read("proc/sys/kernel/printk")), " ") != "7 4 1 7" || read("proc/sys/vm/oom_dump_tasks") != "0\n" ||
+		strings.Contains(read("etc/sysctl.d/90-oomguard-console.conf"), "printk") {
+		t.Fatalf("narrowed: printk %q dump %q", read("proc/sys/kernel/printk"), read("proc/sys/vm/oom_dump_tasks"))
+	}
+	os.WriteFile(filepath.Join(root, "proc/sys/vm/oom_dump_tasks"), []byte("2\n"), 0o644) // the operator's own change
+	if out := do("--undo"); !strings.Contains(out, "left vm.oom_dump_tasks = 2 alone") {
+		t.Fatalf("undo: %s", out)
+	}
+	for _, p := range []string{"etc/sysctl.d/90-oomguard-console.conf", "etc/oomguard/console-fix.json"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+			t.Errorf("undo left %s", p)
+		}
+	}
+	if out := do("--config", cfg("")); !strings.Contains(out, "no console fix to undo") {
+		t.Fatalf("no fix configured: %s", out)
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"remediate", "--root", root, "--config", cfg("[doctor]\nconsole_fix = [\"reboot\"]\n")}, &bytes.Buffer{}, &errb); code != 4 || !strings.Contains(errb.String(), "console_fix") {
+		t.Fatalf("a bad fix: %d %s", code, errb.String())
+	}
+}

@@ -66,13 +66,19 @@ type Report struct {
 }
 
 // Examine reads the node under root once and runs every check; sample is how
-// long the per-core CPU sample lasts (0 skips it).
-func Examine(root string, cfg *config.Config, sample time.Duration) (*Report, error) {
+// long the per-core CPU sample lasts (0 skips it); endpoint is the CRI
+// runtime that names the containers (unix:///PATH below root; "" finds one
+// as crictl does; "none" asks none).
+func Examine(root string, cfg *config.Config, sample time.Duration, endpoint string) (*Report, error) {
 	n, err := loadNode(root, cfg, sample)
 	if err != nil {
 		return nil, err
 	}
+	named, asked := n.nameContainers(endpoint)
 	findings := []Finding{n.checkRanking(), n.checkGroupKill(), n.checkConsole(), n.checkZombies(), n.checkNICCPU()}
+	if asked {
+		findings = append(findings, named)
+	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity > findings[j].Severity })
 	return &Report{Root: root, Findings: findings, node: n}, nil
 }

@@ -38,7 +38,7 @@ func findings(t *testing.T, root string, daemons ...string) (map[string]Finding,
 	if len(daemons) > 0 {
 		cfg.Doctor.Daemons = daemons
 	}
-	r, err := Examine(root, cfg, 0)
+	r, err := Examine(root, cfg, 0, "none")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestHostileTree(t *testing.T) {
 	link("proc/420/stat", "/dev/zero")
 	link("proc/cmdline", "/dev/urandom")
 
-	r, err := Examine(root, config.Default(), 0)
+	r, err := Examine(root, config.Default(), 0, "none")
 	if err != nil {
 		t.Fatal(err)
 	}

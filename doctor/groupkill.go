@@ -57,11 +57,11 @@ func (n *node) checkGroupKill() Finding {
 		inits++
 		on, by, err := kernel.EffectiveOOMGroup(n.root, n.mode, c.cg)
 		if err != nil {
-			unknown = append(unknown, fmt.Sprintf("pod %s container %s: %v", c.pod, short(c.id), err))
+			unknown = append(unknown, fmt.Sprintf("%s: %v", n.ctrDesc(c.pod, c.id), err))
 			continue
 		}
 		if on {
-			bad = append(bad, fmt.Sprintf("pod %s container %s: PID 1 is %s[%d], memory.oom.group = 1 on %s", c.pod, short(c.id), c.init.Comm, c.init.Pid, by))
+			bad = append(bad, fmt.Sprintf("%s: PID 1 is %s[%d], memory.oom.group = 1 on %s", n.ctrDesc(c.pod, c.id), c.init.Comm, c.init.Pid, by))
 		}
 	}
 	f.Metric = &metric{Name: "oomguard_doctor_group_kill_containers", Value: float64(len(bad)), Help: "Containers with an init as PID 1 that an OOM kills whole."}

@@ -1,12 +1,14 @@
 package doctor
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"sync"
 	"time"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/cri"
 	"github.com/oomguard/oomguard/internal/kernel"
 )
 
@@ -23,6 +25,8 @@ type node struct {
 	mem  kernel.Meminfo
 	// memErr is why mem is unknown.
 	memErr error
+	// names are the CRI runtime's names of containers, by ID.
+	names map[string]cri.Name
 }
 
 // ctrRef is where a cgroup path puts a process: its pod and container.
@@ -82,6 +86,38 @@ func loadNode(root string, cfg *config.Config, sample time.Duration) (*node, err
 }
 
 func short(id string) string { return id[:min(len(id), 12)] }
+
+// ctrDesc names a container for a report: namespace/pod/container when the
+// runtime said, with the pod's UID and the container's ID beside.
+func (n *node) ctrDesc(pod, id string) string {
+	if name, ok := n.names[id]; ok {
+		return fmt.Sprintf("%s (pod %s container %s)", name, pod, short(id))
+	}
+	return fmt.Sprintf("pod %s container %s", pod, short(id))
+}
+
+// nameContainers asks the node's CRI runtime for its containers' names; the
+// finding says where from, or why not. No runtime: no finding.
+func (n *node) nameContainers(endpoint string) (Finding, bool) {
+	if endpoint == "none" {
+		return Finding{}, false
+	}
+	ep := cri.Find(n.root, endpoint)
+	if ep == "" {
+		return Finding{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f := Finding{Check: "runtime", Severity: Info}
+	names, err := cri.Names(ctx, n.root, ep)
+	if err != nil {
+		f.Summary = fmt.Sprintf("containers named by their IDs only: %v", err)
+		return f, true
+	}
+	n.names = names
+	f.Summary = fmt.Sprintf("%d containers named by the runtime at %s", len(names), ep)
+	return f, true
+}
 
 func (n *node) name(p *kernel.Process) string {
 	if len(p.Cmdline) > 0 {

@@ -81,6 +81,9 @@ func (r *Report) WriteTree(w io.Writer) {
 		}
 		line = append(strconv.AppendInt(line, int64(p.OOMScoreAdj), 10), ')')
 		if pod, _, ctr, ok := n.containerOf(p); ok {
+			if name, ok := n.names[ctr]; ok {
+				line = append(append(append(line, "  ["...), escape.Terminal(name.String())...), ']')
+			}
 			line = append(append(append(append(line, "  [pod "...), pod...), " container "...), short(ctr)...)
 			line = append(line, ']')
 		} else if n.isDaemon(p) {

@@ -80,7 +80,7 @@ func (n *node) checkRanking() Finding {
 		r := biggest[cg]
 		headroom, by, limited, err := kernel.MemoryHeadroom(n.root, n.mode, cg)
 		if err != nil {
-			unknown = append(unknown, fmt.Sprintf("pod %s container %s: %v", r.pod, short(r.id), err))
+			unknown = append(unknown, fmt.Sprintf("%s: %v", n.ctrDesc(r.pod, r.id), err))
 			continue
 		}
 		if lim, ok := kernel.MemoryLimit(n.root, n.mode, cg); ok {
@@ -115,12 +115,12 @@ func (n *node) checkRanking() Finding {
 	switch {
 	case daemons > 0:
 		f.Severity = Critical
-		f.Summary = fmt.Sprintf("a runaway in pod %s container %s (%s, oom_score_adj %+d) can fill the node; the kernel would kill %d node daemons before it: %s",
-			worst.pod, short(worst.id), worst.proc.Comm, worst.proc.OOMScoreAdj, daemons, strings.Join(n.daemonNames(worst.before), ", "))
+		f.Summary = fmt.Sprintf("a runaway in %s (%s, oom_score_adj %+d) can fill the node; the kernel would kill %d node daemons before it: %s",
+			n.ctrDesc(worst.pod, worst.id), worst.proc.Comm, worst.proc.OOMScoreAdj, daemons, strings.Join(n.daemonNames(worst.before), ", "))
 		for _, cg := range cgs {
 			if r := biggest[cg]; r.canFill && r.daemons > 0 {
-				f.Details = append(f.Details, fmt.Sprintf("pod %s container %s: %s[%d] adj %+d; killed before it, in order: %s",
-					r.pod, short(r.id), r.proc.Comm, r.proc.Pid, r.proc.OOMScoreAdj, strings.Join(n.killOrder(r.before), ", ")))
+				f.Details = append(f.Details, fmt.Sprintf("%s: %s[%d] adj %+d; killed before it, in order: %s",
+					n.ctrDesc(r.pod, r.id), r.proc.Comm, r.proc.Pid, r.proc.OOMScoreAdj, strings.Join(n.killOrder(r.before), ", ")))
 			}
 		}
 		f.Fix = "give pod processes a high oom_score_adj (oomguard-nri or oomguard-hook with a rule, or oomguard-init in the image), and limit containers below what the node has: kubelet's -997 for Guaranteed pods puts their runaways below every daemon"

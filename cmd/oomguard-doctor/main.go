@@ -2,7 +2,7 @@
 // the incidents found, worst first, each with its fix. It never writes to
 // the node, but for remediate, which an operator opts into.
 //
-//	oomguard-doctor [--root DIR] [--json | --prometheus] [--tree] [--sample D] [--output FILE [--interval D]]
+//	oomguard-doctor [--root DIR] [--json | --prometheus] [--tree] [--sample D] [--runtime-endpoint E] [--output FILE [--interval D]]
 //	oomguard-doctor remediate [--root DIR] [--config FILE] [--undo] [--dry-run]
 //
 // Exit status: 0 ok, 1 warning, 2 critical, 4 usage or read errors.
@@ -46,6 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sample := fl.Duration("sample", time.Second, "per-core CPU sample length; 0 skips it")
 	cfgPath := fl.String("config", "", "configuration (default $OOMGUARD_CONFIG or "+config.DefaultPath+"; defaults when missing)")
 	daemons := fl.String("daemons", "", "comma-separated node daemon names, replacing the configured list")
+	endpoint := fl.String("runtime-endpoint", "", "CRI socket that names pods (unix:///PATH, below --root; default: the first of crictl's that exists; none: ask none)")
 	output := fl.String("output", "", "write the report to this file (atomically) instead of stdout")
 	interval := fl.Duration("interval", 0, "with --output: run again every interval, forever (a DaemonSet's periodic check)")
 	if err := fl.Parse(args); err != nil {
@@ -64,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.Doctor.Daemons = strings.Split(*daemons, ",")
 	}
 	for {
-		r, err := doctor.Examine(*root, cfg, *sample)
+		r, err := doctor.Examine(*root, cfg, *sample, *endpoint)
 		if err != nil {
 			fmt.Fprintf(stderr, "oomguard-doctor: %v\n", err)
 			return 4

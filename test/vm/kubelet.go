@@ -259,6 +259,13 @@ func kubeIncidents(r *Run, by string) error {
 	if g := severity(r, "group-kill"); g != wantDoctor {
 		return fmt.Errorf("the doctor's group-kill severity is %s, want %s", g, wantDoctor)
 	}
+	// The doctor found the runtime's CRI socket and names pods as operators do.
+	if !strings.Contains(r.Console, "containers named by the runtime at unix:///run/") {
+		return fmt.Errorf("the doctor did not name containers through the runtime's CRI")
+	}
+	if !guarded && !strings.Contains(r.Console, "ml/idle-node/main (pod ") {
+		return fmt.Errorf("the doctor's report does not name the idle pod ml/idle-node/main")
+	}
 	if later := result(r, "exec", "later"); execFixed && later["score"] != "900" {
 		return fmt.Errorf("a process exec'd into the guarded pod is at %s a few seconds later, want 900", later["score"])
 	}

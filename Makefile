@@ -21,7 +21,7 @@ RACE_PKGS := ./nriplugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
 # their corpora are in each package's testdata/fuzz.
 FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
-	./internal/escape:FuzzTerminal
+	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList
 FUZZTIME ?= 3s
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
 HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./release/...

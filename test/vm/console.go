@@ -32,7 +32,7 @@ func consoleScenario() Scenario {
 	return Scenario{
 		Name:     "console",
 		Title:    "One OOM kill's bytes on the serial console, before and after the remediation",
-		MemoryMB: 768,
+		MemoryMB: 768, Slow: true,
 		Script: `sysctl -w vm.oom_dump_tasks=1 >/dev/null
 dmesg -n 7
 # oom_once NAME: run the pod NAME until its runaway is killed, between two

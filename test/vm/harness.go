@@ -52,7 +52,8 @@ type Scenario struct {
 	// sourced, with $VARIANT set. It reports with "@@RESULT k=v …" lines.
 	Script   string
 	Variants []Variant
-	// Slow scenarios (containerd inside the VM) are left out of the demo.
+	// Slow scenarios (a runtime inside the VM, or thousands of tasks) are
+	// left out of the demo.
 	Slow bool
 	// Timeout bounds a boot; Env.Timeout when zero.
 	Timeout time.Duration

@@ -164,3 +164,21 @@ func WithPatchedImage(b *runcbundle.Bundle, files map[string]runcbundle.ImageFil
 	}
 	return b.UnpackImage(patched)
 }
+
+// InitBundle makes the bundle NAME whose PID 1 is the shell script init,
+// with the guest workload as /bin/hog when hog is set: a VM-like pod.
+func (g *Guest) InitBundle(name, init string, hog bool) (*runcbundle.Bundle, error) {
+	b, err := g.Bundle(name, "/sbin/init")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.AddFile("/sbin/init", []byte(init), 0o755); err != nil {
+		return nil, err
+	}
+	if hog {
+		if err := b.CopyFile(g.Bin("guest"), "/bin/hog", 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}

@@ -21,11 +21,8 @@ echo "@@RESULT pid1=alive services_alive=$alive runaway_exit=$rc"
 func cgroupOOM() Scenario {
 	setup := func(fix string) func(g *Guest) error {
 		return func(g *Guest) error {
-			b, err := g.Bundle("pod", "/sbin/init")
+			b, err := g.InitBundle("pod", vmLikeInit, false)
 			if err != nil {
-				return err
-			}
-			if err := b.AddFile("/sbin/init", []byte(vmLikeInit), 0o755); err != nil {
 				return err
 			}
 			AsKubeletGuaranteed(b, 48<<20)

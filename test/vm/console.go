@@ -68,14 +68,8 @@ echo "@@RESULT undone dump=$(cat /proc/sys/vm/oom_dump_tasks) printk=$(cut -f1 /
 func consoleSetup(g *Guest) error {
 	g.File("/etc/oomguard/console-fix.toml", []byte(consoleFixConfig), 0o644)
 	for _, name := range []string{"before", "after"} {
-		b, err := g.Bundle(name, "/sbin/init")
+		b, err := g.InitBundle(name, consoleInit, true)
 		if err != nil {
-			return err
-		}
-		if err := b.AddFile("/sbin/init", []byte(consoleInit), 0o755); err != nil {
-			return err
-		}
-		if err := b.CopyFile(g.Bin("guest"), "/bin/hog", 0o755); err != nil {
 			return err
 		}
 		adj := 900

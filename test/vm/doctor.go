@@ -14,11 +14,8 @@ wait
 func doctorScenario() Scenario {
 	setup := func(hook bool) func(g *Guest) error {
 		return func(g *Guest) error {
-			b, err := g.Bundle("pod", "/sbin/init")
+			b, err := g.InitBundle("pod", doctorInit, false)
 			if err != nil {
-				return err
-			}
-			if err := b.AddFile("/sbin/init", []byte(doctorInit), 0o755); err != nil {
 				return err
 			}
 			AsKubeletGuaranteed(b, 64<<20)

@@ -21,11 +21,8 @@ echo "@@RESULT floor=1 start=$start lower=$lower after=$(cat /proc/self/oom_scor
 func floorScenario() Scenario {
 	setup := func(fix string) func(g *Guest) error {
 		return func(g *Guest) error {
-			b, err := g.Bundle("pod", "/sbin/init")
+			b, err := g.InitBundle("pod", floorInit, false)
 			if err != nil {
-				return err
-			}
-			if err := b.AddFile("/sbin/init", []byte(floorInit), 0o755); err != nil {
 				return err
 			}
 			AsKubeletGuaranteed(b, 0)

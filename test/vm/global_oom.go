@@ -28,14 +28,8 @@ func globalOOM() Scenario {
 					return err
 				}
 			}
-			b, err := g.Bundle("pod", "/sbin/init")
+			b, err := g.InitBundle("pod", podInit, true)
 			if err != nil {
-				return err
-			}
-			if err := b.AddFile("/sbin/init", []byte(podInit), 0o755); err != nil {
-				return err
-			}
-			if err := b.CopyFile(g.Bin("guest"), "/bin/hog", 0o755); err != nil {
 				return err
 			}
 			AsKubeletGuaranteed(b, 0)

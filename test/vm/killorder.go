@@ -88,14 +88,8 @@ func killOrderNode(g *Guest, hook bool) error {
 	adj := 1000
 	be.Spec.Process.OOMScoreAdj = &adj
 	be.SetQoS("besteffort")
-	b, err := g.Bundle("vm", "/sbin/init")
+	b, err := g.InitBundle("vm", triggeredInit, true)
 	if err != nil {
-		return err
-	}
-	if err := b.AddFile("/sbin/init", []byte(triggeredInit), 0o755); err != nil {
-		return err
-	}
-	if err := b.CopyFile(g.Bin("guest"), "/bin/hog", 0o755); err != nil {
 		return err
 	}
 	AsKubeletGuaranteed(b, 0)

@@ -24,7 +24,7 @@ FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:
 	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList
 FUZZTIME ?= 3s
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./release/...
+HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./release/... ./cmd/oomguard-nri/
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 

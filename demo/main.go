@@ -95,7 +95,9 @@ both cases. oomguard-init, baked into the image, raises the score from inside, s
 the node's daemons live; the container still dies whole, because only the node
 side (the hook or the NRI plugin) can turn memory.oom.group off. oomguard-doctor
 names both risks on such a node: the whole-container kill, and a serial console
-that one OOM task dump holds for seconds with interrupts off.
+that one OOM task dump holds for seconds with interrupts off; and before a
+runaway starts it predicts, with the kernel's own arithmetic, whom a global OOM
+will kill first: the kill-order run shows the kernel doing just that.
 
 Done in %.0fs. The logs of NRI's runtime side and the plugins are in %s.
 `, time.Since(start).Seconds(), logPath)

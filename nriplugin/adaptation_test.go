@@ -258,6 +258,12 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	if err := rs.WaitSync(20 * time.Second); err != nil { // the plugin counts itself connected before its reply arrives
 		t.Fatal(err)
 	}
+	// The processes are fixed after the reply; "synchronized" says when.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(tp.logs.String(), "msg=synchronized"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no synchronized line:\n%s", tp.logs.String())
+		}
+	}
 	updates := rs.LastSync()
 	if len(updates) != 2 {
 		t.Fatalf("want memory.oom.group updates for the 2 guarded containers, got %v", updates)

@@ -107,7 +107,8 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 }
 
 // Synchronize fixes the containers that already run: memory.oom.group through
-// the runtime, oom_score_adj for every process in each container's cgroup.
+// the runtime, oom_score_adj for every process in each container's cgroup
+// (after the reply; "synchronized" is logged when that is done).
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) (updates []*api.ContainerUpdate, err error) {
 	start := time.Now()
 	defer p.failOpen("synchronize", &err)
@@ -116,6 +117,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		byID[pod.GetId()] = pod
 	}
 	fresh := map[string]*guard{}
+	type fix struct {
+		g *guard
+		c *enforce.Container
+	}
+	var fixes []fix
 	for _, ctr := range ctrs {
 		if s := ctr.GetState(); s == api.ContainerState_CONTAINER_STOPPED {
 			continue
@@ -131,6 +137,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		if err != nil {
 			continue
 		}
+		fixes = append(fixes, fix{g, c})
 		if g.group != nil && p.mode == kernel.ModeV2 {
 			u := &api.ContainerUpdate{}
 			u.SetContainerId(g.id)
@@ -138,25 +145,36 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			u.SetIgnoreFailure()
 			updates = append(updates, u)
 			p.m.adjustments.WithLabelValues("oom_group", "synchronize").Inc()
-			// Also at once: the runtime applies the update only after this reply.
-			if _, _, err := p.enforceGroup(g, c, "synchronize"); err != nil && !kernel.IsGone(err) {
-				p.m.errors.WithLabelValues("synchronize").Inc()
-				p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", c.Cgroup(), "err", err)
-			}
-		}
-		if g.score != nil {
-			if n := p.enforceScore(g, c, "synchronize"); n > 0 {
-				p.log.Info("existing container fixed", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
-			}
 		}
 	}
 	p.mu.Lock()
 	p.guarded = fresh
 	p.mu.Unlock()
 	p.m.setConnected(true)
-	d := time.Since(start)
-	p.m.syncDuration.Set(d.Seconds())
-	p.log.Info("synchronized", "containers", len(ctrs), "guarded", len(fresh), "group_updates", len(updates), "duration", d.Round(time.Microsecond))
+	// The runtime drops a plugin that answers late (CRI-O and containerd
+	// allow 2 s): the processes are fixed after the reply, not before it.
+	go func(groupUpdates int) {
+		var err error
+		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
+		for _, f := range fixes {
+			g, c := f.g, f.c
+			if g.group != nil && p.mode == kernel.ModeV2 {
+				// Also directly: the runtime applies its update only when it gets to it.
+				if _, _, err := p.enforceGroup(g, c, "synchronize"); err != nil && !kernel.IsGone(err) {
+					p.m.errors.WithLabelValues("synchronize").Inc()
+					p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", c.Cgroup(), "err", err)
+				}
+			}
+			if g.score != nil {
+				if n := p.enforceScore(g, c, "synchronize"); n > 0 {
+					p.log.Info("existing container fixed", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+				}
+			}
+		}
+		d := time.Since(start)
+		p.m.syncDuration.Set(d.Seconds())
+		p.log.Info("synchronized", "containers", len(ctrs), "guarded", len(fresh), "group_updates", groupUpdates, "duration", d.Round(time.Microsecond))
+	}(len(updates))
 	return updates, nil
 }
 

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,16 @@ ExecStart=/bin/sleep 100000
 `
 
 // systemdBoot runs Debian's systemd as PID 1 of a PID and mount namespace
-// of its own (as in a container): its /run is $RUN, seen from outside too,
-// and its /tmp and /var/tmp are its own, whatever it starts.
+// of its own (as in a container): its /run is $RUN, seen from outside too;
+// its /tmp, /var/tmp and /sys/fs/cgroup are its own. The machine's
+// /sys/fs/cgroup is a tmpfs whose superblock every namespace shares:
+// systemd would add its hierarchies there and remount it read-only, and
+// podman could no longer make its cgroups.
 const systemdBoot = `set -e
 mount --bind "$RUN" /run
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /var/tmp
+mount -t tmpfs tmpfs /sys/fs/cgroup
 mkdir -p /run/systemd/system
 printf '%s' "$UNIT" > /run/systemd/system/containerd.service
 export container=oomguard-test
@@ -45,8 +50,19 @@ func TestE2ERestartThroughSystemd(t *testing.T) {
 		t.Skip("no systemd binary on this machine")
 	}
 	run := t.TempDir()
-	boot := exec.Command("unshare", "--pid", "--fork", "--mount", "--mount-proc", "--propagation", "private", "sh", "-c", systemdBoot)
-	boot.Env = append(os.Environ(), "UNIT="+systemdUnit, "RUN="+run)
+	// systemd's cgroups go below one of the test's own, in a cgroup namespace:
+	// on a systemd host its system.slice/containerd.service is the real one's.
+	unified := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(unified + "/cgroup.procs"); err != nil {
+		unified = "/sys/fs/cgroup"
+	}
+	cg := filepath.Join(unified, fmt.Sprintf("oomguard-systemd-test-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Skipf("cannot make a cgroup for systemd: %v", err)
+	}
+	t.Cleanup(func() { removeCgroupTree(cg) })
+	boot := exec.Command("sh", "-c", `echo $$ > "$CG/cgroup.procs" && exec unshare --cgroup --pid --fork --mount --mount-proc --propagation private sh -c "$BOOT"`)
+	boot.Env = append(os.Environ(), "UNIT="+systemdUnit, "RUN="+run, "CG="+cg, "BOOT="+systemdBoot)
 	boot.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := boot.Start(); err != nil {
 		t.Fatal(err)
@@ -118,5 +134,25 @@ func TestE2ERestartThroughSystemd(t *testing.T) {
 	}
 	if out := installOnce(); !strings.Contains(out, "unchanged: no restart needed") || mainPID() != after {
 		t.Fatalf("an unchanged node must not restart the runtime:\n%s", out)
+	}
+}
+
+// removeCgroupTree removes the cgroups at and below dir, deepest first,
+// once the killed namespace's processes have left them.
+func removeCgroupTree(dir string) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var dirs []string
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			os.Remove(dirs[i])
+		}
+		if _, err := os.Stat(dir); err != nil {
+			return
+		}
 	}
 }

@@ -104,14 +104,19 @@ func NRI(o NRIOptions, out io.Writer) error {
 	if err := w.saveManifest(); err != nil {
 		return err
 	}
-	var units []string
-	if useContainerd {
-		units = append(units, "containerd.service")
+	return w.apply(units(useContainerd, useCRIO), o.Restart)
+}
+
+// units are the systemd units of the runtimes named.
+func units(containerd, crio bool) []string {
+	var u []string
+	if containerd {
+		u = append(u, "containerd.service")
 	}
-	if useCRIO {
-		units = append(units, "crio.service")
+	if crio {
+		u = append(u, "crio.service")
 	}
-	return w.apply(units, o.Restart)
+	return u
 }
 
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the
@@ -121,13 +126,7 @@ func UninstallNRI(root string, dryRun, restart bool, out io.Writer) error {
 	if err := w.uninstall(); err != nil {
 		return err
 	}
-	var units []string
-	for _, u := range []struct{ dir, unit string }{{"/etc/containerd", "containerd.service"}, {"/etc/crio", "crio.service"}} {
-		if exists(w.host(u.dir)) {
-			units = append(units, u.unit)
-		}
-	}
-	return w.apply(units, restart)
+	return w.apply(units(exists(w.host("/etc/containerd")), exists(w.host("/etc/crio"))), restart)
 }
 
 // apply makes the runtimes read what changed: nothing when nothing did; a

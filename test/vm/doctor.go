@@ -56,11 +56,4 @@ doctor
 }
 
 // severity is what the doctor said of check, 0 (ok) to 4 (critical).
-func severity(r *Run, check string) string {
-	for _, m := range r.Results {
-		if m["check"] == check {
-			return m["severity"]
-		}
-	}
-	return "missing"
-}
+func severity(r *Run, check string) string { return severityAt(r, check, 0) }

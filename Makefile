@@ -16,17 +16,17 @@ STAMP := -X github.com/oomguard/oomguard/internal/version.Version=$(VERSION) -X 
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
 # Packages with goroutines run under the race detector.
-RACE_PKGS := ./nriplugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
+RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
 # Fuzz targets of the parsers of untrusted input, run briefly by make test
 # (a count, not a duration: a duration ends in "context deadline exceeded"
 # when a worker is slow to stop on a loaded machine);
 # their corpora are in each package's testdata/fuzz.
-FUZZ := ./config:FuzzParse ./config:FuzzAnnotations ./config:FuzzProgram ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
+FUZZ := ./config:FuzzParse ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./initshim/... ./nriplugin/... ./imagepatch/... ./release/... ./cmd/oomguard-nri/
+HOST_E2E_PKGS := ./hook/... ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
@@ -70,7 +70,7 @@ components:
 
 # Everything that needs neither root, runc, qemu nor a registry.
 test:
-	$(GO) test $$($(GO) list ./... | grep -v -e /nriplugin -e /imagepatch -e /doctor -e /test/nriruntime)
+	$(GO) test $$($(GO) list ./... | grep -v -e /nri-plugin -e /imagepatch -e /doctor -e /test/nriruntime)
 	$(GO) test -race $(RACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 

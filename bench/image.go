@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/oomguard/oomguard/release"
+	"github.com/oomguard/oomguard/internal/release"
 )
 
 func init() { sections = append(sections, section{"image", benchImage}) }

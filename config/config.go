@@ -1,6 +1,6 @@
-// Package config is the one configuration every oomguard program reads: a TOML
-// file of global settings and ordered rules, and the policy that turns a
-// container's facts into the oom_score_adj and memory.oom.group it must get.
+// Package config is the one file every oomguard program reads: a TOML file
+// of global settings and ordered rules, where to find it, its defaults, and
+// its validation. What the rules decide is package policy's.
 package config
 
 import (
@@ -16,7 +16,10 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/oomguard/oomguard/internal/logging"
+	"github.com/oomguard/oomguard/internal/policy"
 	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/stricttoml"
 )
 
 // DefaultPath is read when neither a flag nor EnvPath names a file.
@@ -29,17 +32,22 @@ const EnvPath = "OOMGUARD_CONFIG"
 type Config struct {
 	// Strict makes programs fail closed: an error stops the container instead
 	// of letting it start unadjusted.
-	Strict      bool        `toml:"strict"`
-	Log         Log         `toml:"log"`
-	Annotations Annotations `toml:"annotations"`
-	NRI         NRI         `toml:"nri"`
-	Doctor      Doctor      `toml:"doctor"`
-	Containment Containment `toml:"containment"`
-	Rules       []Rule      `toml:"rule"`
+	Strict      bool               `toml:"strict"`
+	Log         Log                `toml:"log"`
+	Annotations policy.Annotations `toml:"annotations"`
+	NRI         NRI                `toml:"nri"`
+	Doctor      Doctor             `toml:"doctor"`
+	Containment Containment        `toml:"containment"`
+	Rules       []policy.Rule      `toml:"rule"`
 
 	// Missing is set by Find when no file exists at DefaultPath and these are the defaults.
 	Missing bool `toml:"-"`
+
+	policy *policy.Policy // Rules and Annotations, compiled by Validate
 }
+
+// Policy is the rules and the annotation policy, as Validate compiled them.
+func (c *Config) Policy() *policy.Policy { return c.policy }
 
 // Doctor holds the settings of oomguard-doctor.
 type Doctor struct {
@@ -83,17 +91,9 @@ type Log struct {
 	File string `toml:"file"`
 }
 
-// Annotations is the policy for pod annotations that override rules.
-type Annotations struct {
-	// Enabled lets oomguard.io annotations override the rule's values.
-	Enabled bool `toml:"enabled"`
-	// MinOOMScoreAdj is the lowest oom_score_adj an annotation from an
-	// untrusted namespace may ask for.
-	MinOOMScoreAdj int `toml:"min_oom_score_adj"`
-	// TrustedNamespaces (globs) may ask for any value, lower than the rule too.
-	TrustedNamespaces []string `toml:"trusted_namespaces"`
-
-	trusted []*regexp.Regexp
+// Logging is the logger's options from this section.
+func (l Log) Logging() logging.Options {
+	return logging.Options{Level: l.Level, Format: l.Format, File: l.File}
 }
 
 // NRI holds the settings of oomguard-nri.
@@ -129,35 +129,11 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// Rule selects containers and says what they must get. Nil values leave the
-// runtime's setting alone; a rule that sets nothing excludes what it matches.
-type Rule struct {
-	Name        string `toml:"name"`
-	OOMScoreAdj *int   `toml:"oom_score_adj"`
-	OOMGroup    *bool  `toml:"oom_group"`
-	Match       Match  `toml:"match"`
-}
-
-// Match is a rule's selector: every field that is set must match, and within
-// a list any entry may. An empty Match matches every container.
-type Match struct {
-	Namespaces      []string          `toml:"namespaces"`       // globs
-	PodLabels       map[string]string `toml:"pod_labels"`       // key → value glob
-	Annotations     map[string]string `toml:"annotations"`      // key → value glob, pod or container
-	RuntimeHandlers []string          `toml:"runtime_handlers"` // globs, e.g. "sysbox-runc"
-	Containers      []string          `toml:"containers"`       // container name globs
-	Images          []string          `toml:"images"`           // image reference globs
-	Command         string            `toml:"command"`          // Go regexp searched in the program (args[0], past init wrappers)
-	QoS             []string          `toml:"qos"`              // guaranteed, burstable, besteffort
-
-	m compiled
-}
-
 // Default is the configuration used when no file exists.
 func Default() *Config {
-	return &Config{
+	c := &Config{
 		Log:         Log{Level: "info", Format: "text", File: "/var/log/oomguard-hook.log"},
-		Annotations: Annotations{Enabled: true, MinOOMScoreAdj: 0},
+		Annotations: policy.Annotations{Enabled: true, MinOOMScoreAdj: 0},
 		NRI: NRI{
 			Socket:         "/var/run/nri/nri.sock",
 			PluginName:     "oomguard",
@@ -168,6 +144,8 @@ func Default() *Config {
 		Doctor:      Doctor{Daemons: slices.Clone(defaultDaemons), DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
 		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},
 	}
+	c.policy, _ = policy.New(nil, c.Annotations) // no rules: nothing to fail
+	return c
 }
 
 // Path picks the config file: the flag's value, else $OOMGUARD_CONFIG, else DefaultPath.
@@ -256,34 +234,13 @@ func StrictIn(data []byte) bool {
 // Parse decodes and validates a TOML document over Default().
 func Parse(data []byte) (*Config, error) {
 	c := Default()
-	if err := DecodeTOML(data, c); err != nil {
+	if err := stricttoml.Decode(data, c); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// DecodeTOML decodes data into v, naming the line of a syntax error and
-// every key v has no place for.
-func DecodeTOML(data []byte, v any) error {
-	md, err := toml.Decode(string(data), v)
-	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)
-		}
-		return fmt.Errorf("invalid TOML: %w", err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = fmt.Sprintf("%q", k.String())
-		}
-		return fmt.Errorf("unknown key %s: check the spelling against the reference in README.md", strings.Join(keys, ", "))
-	}
-	return nil
 }
 
 // Validate checks every value and compiles the rules' patterns. It reports
@@ -301,18 +258,6 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		add("log.format %q: want text or json", c.Log.Format)
-	}
-	if !inScoreRange(c.Annotations.MinOOMScoreAdj) {
-		add("annotations.min_oom_score_adj %d: want a value from -1000 to 1000", c.Annotations.MinOOMScoreAdj)
-	}
-	c.Annotations.trusted = nil
-	for _, g := range c.Annotations.TrustedNamespaces {
-		re, err := compileGlob(g)
-		if err != nil {
-			add("annotations.trusted_namespaces: %v", err)
-			continue
-		}
-		c.Annotations.trusted = append(c.Annotations.trusted, re)
 	}
 	for _, f := range c.Doctor.ConsoleFix {
 		if !slices.Contains(ConsoleFixes, f) {
@@ -337,30 +282,13 @@ func (c *Config) Validate() error {
 		}
 	}
 
-	seen := map[string]int{}
-	for i := range c.Rules {
-		r := &c.Rules[i]
-		where := fmt.Sprintf("rule #%d", i+1)
-		if r.Name == "" {
-			add("%s has no name: add name = \"...\" (decisions are logged by rule name)", where)
-		} else {
-			where = fmt.Sprintf("rule #%d %q", i+1, r.Name)
-			if j, dup := seen[r.Name]; dup {
-				add("%s: the name is already used by rule #%d; rule names must be unique", where, j)
-			}
-			seen[r.Name] = i + 1
-		}
-		if r.OOMScoreAdj != nil && !inScoreRange(*r.OOMScoreAdj) {
-			add("%s: oom_score_adj %d: want a value from -1000 to 1000", where, *r.OOMScoreAdj)
-		}
-		if err := r.Match.compile(); err != nil {
-			add("%s: %v", where, err)
-		}
+	p, err := policy.New(c.Rules, c.Annotations)
+	if err != nil {
+		errs = append(errs, err)
 	}
+	c.policy = p
 	return errors.Join(errs...)
 }
-
-func inScoreRange(v int) bool { return v >= -1000 && v <= 1000 }
 
 var (
 	pluginIndex = regexp.MustCompile(`^[0-9]{2}$`)

@@ -10,6 +10,7 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/cri"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // node is one snapshot of a node's processes, read once for every check.
@@ -35,11 +36,11 @@ type ctrRef struct {
 	ok              bool
 }
 
-// containerOf is kernel.KubeContainer for a process, cached.
+// containerOf is policy.KubeContainer for a process, cached.
 func (n *node) containerOf(p *kernel.Process) (pod, ctrCgroup, id string, ok bool) {
 	r, hit := n.ctrs[p.Cgroup]
 	if !hit {
-		r.pod, r.cgroup, r.id, r.ok = kernel.KubeContainer(p.Cgroup)
+		r.pod, r.cgroup, r.id, r.ok = policy.KubeContainer(p.Cgroup)
 		n.ctrs[p.Cgroup] = r
 	}
 	return r.pod, r.cgroup, r.id, r.ok

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oomguard/oomguard/facts"
+	"github.com/oomguard/oomguard/internal/facts"
 )
 
 // The OCI state on stdin and the bundle's config.json are the runtime's, but

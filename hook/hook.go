@@ -15,13 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oomguard/oomguard/internal/policy"
 	"github.com/oomguard/oomguard/internal/version"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/enforce"
-	"github.com/oomguard/oomguard/facts"
+	"github.com/oomguard/oomguard/internal/enforce"
+	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/safeio"
@@ -75,7 +76,7 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	if o.LogFile != "" {
 		logCfg.File = o.LogFile
 	}
-	log, closer, logErr := logging.Open(logCfg, "oomguard-hook", stderr)
+	log, closer, logErr := logging.Open(logCfg.Logging(), "oomguard-hook", stderr)
 	defer closer.Close()
 	log = log.With("component", "oomguard-hook", "version", version.Version)
 	if logErr != nil {
@@ -113,7 +114,7 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	for _, w := range warnings {
 		log.Warn("ignoring malformed annotation", "err", w)
 	}
-	dec := cfg.Decide(&f)
+	dec := cfg.Policy().Decide(&f)
 	for _, r := range dec.Rejected {
 		log.Warn("annotation rejected", "key", r.Key, "value", r.Value, "reason", r.Reason)
 	}
@@ -172,7 +173,7 @@ type applied struct {
 	err          error
 }
 
-func apply(root string, st *specs.State, sp *facts.Spec, d config.Decision, parents []string) applied {
+func apply(root string, st *specs.State, sp *facts.Spec, d policy.Decision, parents []string) applied {
 	res := applied{score: "left", group: "left"}
 	if !d.Changes() {
 		return res

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oomguard/oomguard/install"
+	"github.com/oomguard/oomguard/internal/install"
 	"github.com/oomguard/oomguard/test/runcbundle"
 	"github.com/oomguard/oomguard/test/testbin"
 )

@@ -19,8 +19,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/stricttoml"
 )
 
 // Spec is one patch, read from TOML.
@@ -88,7 +88,7 @@ func LoadSpec(p string) (*Spec, error) {
 // ParseSpec decodes and validates a spec and reads its files.
 func ParseSpec(data []byte, dir string) (*Spec, error) {
 	var s Spec
-	if err := config.DecodeTOML(data, &s); err != nil {
+	if err := stricttoml.Decode(data, &s); err != nil {
 		return nil, err
 	}
 	s.dir = dir

@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/oomguard/oomguard/release"
+	"github.com/oomguard/oomguard/internal/release"
 )
 
 func main() {

@@ -20,7 +20,7 @@ import (
 	"github.com/oomguard/oomguard/internal/version"
 
 	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/console"
+	"github.com/oomguard/oomguard/internal/remediate"
 	"github.com/oomguard/oomguard/doctor"
 	"github.com/oomguard/oomguard/internal/atomicfile"
 )
@@ -35,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if len(args) > 0 && args[0] == "remediate" {
-		return remediate(args[1:], stdout, stderr)
+		return cmdRemediate(args[1:], stdout, stderr)
 	}
 	fl := flag.NewFlagSet("oomguard-doctor", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -98,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // remediate applies the configuration's doctor.console_fix to the node (the
 // DaemonSet's init container runs it), or undoes it.
-func remediate(args []string, stdout, stderr io.Writer) int {
+func cmdRemediate(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("oomguard-doctor remediate", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	root := fl.String("root", "/", "the node's filesystem root: its /proc/sys and /etc")
@@ -114,11 +114,11 @@ func remediate(args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	if *undo {
-		err = console.Undo(*root, *dryRun, stdout)
+		err = remediate.Undo(*root, *dryRun, stdout)
 	} else {
 		var cfg *config.Config
 		if cfg, err = config.Find(*cfgPath); err == nil {
-			err = console.Apply(*root, cfg.Doctor.ConsoleFix, *dryRun, stdout)
+			err = remediate.Apply(*root, cfg.Doctor.ConsoleFix, *dryRun, stdout)
 		}
 	}
 	if err != nil {

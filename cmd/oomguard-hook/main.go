@@ -18,7 +18,7 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/hook"
-	"github.com/oomguard/oomguard/install"
+	"github.com/oomguard/oomguard/internal/install"
 )
 
 func main() {

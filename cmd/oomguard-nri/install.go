@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/install"
+	"github.com/oomguard/oomguard/internal/install"
 )
 
 func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {

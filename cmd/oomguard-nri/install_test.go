@@ -11,7 +11,7 @@ import (
 	gotoml "github.com/pelletier/go-toml/v2"
 	"github.com/sirupsen/logrus"
 
-	"github.com/oomguard/oomguard/install"
+	"github.com/oomguard/oomguard/internal/install"
 )
 
 func readShipped(t *testing.T) string {

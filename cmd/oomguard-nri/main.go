@@ -21,7 +21,7 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/logging"
-	"github.com/oomguard/oomguard/nriplugin"
+	nriplugin "github.com/oomguard/oomguard/nri-plugin"
 )
 
 func main() {
@@ -81,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if launched { // the runtime discards a launched plugin's output
 		logCfg.File = cfg.NRI.LogFile
 	}
-	log, closer, logErr := logging.Open(logCfg, "oomguard-nri", stderr)
+	log, closer, logErr := logging.Open(logCfg.Logging(), "oomguard-nri", stderr)
 	defer closer.Close()
 	log = log.With("component", "oomguard-nri")
 	log.Info("starting", "version", version.Version, "commit", version.Commit)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oomguard/oomguard/install"
+	"github.com/oomguard/oomguard/internal/install"
 )
 
 // systemdUnit stands for containerd.service: install restarts it by name.

@@ -1,5 +1,5 @@
-// Package logging builds the slog logger every oomguard program uses from
-// the [log] section of the configuration.
+// Package logging builds the slog logger every oomguard program uses: a
+// level, a format, and a destination (a file, syslog or stderr).
 package logging
 
 import (
@@ -9,12 +9,20 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/safeio"
 )
 
-// New returns a logger writing to w at the configured level and format.
-func New(l config.Log, w io.Writer) *slog.Logger {
+// Options say how and where to log.
+type Options struct {
+	Level  string // debug, info (default), warn, error
+	Format string // text (default) or json
+	// File is a path (appended to, its directory created), "syslog", or
+	// "stderr" or "" for the fallback writer.
+	File string
+}
+
+// New returns a logger writing to w at l's level and format.
+func New(l Options, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level(l.Level)}
 	if l.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -25,7 +33,7 @@ func New(l config.Log, w io.Writer) *slog.Logger {
 // Open is New for programs that log to l.File: a path (appended to, its
 // directory created), "syslog", or "stderr"/"" for the fallback writer.
 // When the destination cannot be opened it logs to fallback and says why.
-func Open(l config.Log, tag string, fallback io.Writer) (*slog.Logger, io.Closer, error) {
+func Open(l Options, tag string, fallback io.Writer) (*slog.Logger, io.Closer, error) {
 	var (
 		w   io.WriteCloser
 		err error

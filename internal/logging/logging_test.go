@@ -7,13 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/oomguard/oomguard/config"
 )
 
 func TestOpenFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "sub", "hook.log")
-	log, c, err := Open(config.Log{Level: "warn", Format: "json", File: p}, "t", nil)
+	log, c, err := Open(Options{Level: "warn", Format: "json", File: p}, "t", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +26,7 @@ func TestOpenFile(t *testing.T) {
 
 func TestOpenFallsBack(t *testing.T) {
 	var buf bytes.Buffer
-	log, c, err := Open(config.Log{Level: "info", Format: "text", File: "/proc/no/such/dir/x.log"}, "t", &buf)
+	log, c, err := Open(Options{Level: "info", Format: "text", File: "/proc/no/such/dir/x.log"}, "t", &buf)
 	defer c.Close()
 	if err == nil || !strings.Contains(err.Error(), "/proc/no/such/dir/x.log") {
 		t.Fatalf("want an error naming the file, got %v", err)
@@ -51,7 +49,7 @@ func TestSyslog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	New(config.Log{Level: "info", Format: "text"}, w).Info("decision", "rule", "x")
+	New(Options{Level: "info", Format: "text"}, w).Info("decision", "rule", "x")
 	buf := make([]byte, 4096)
 	n, err := l.Read(buf)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 func TestArchiveIsReadByCpio(t *testing.T) {
@@ -126,14 +127,14 @@ func TestSelectorRulesMatchTheirPods(t *testing.T) {
 	}
 	for i, s := range selectors {
 		p := s.Pod
-		qos := config.QoSGuaranteed
+		qos := policy.QoSGuaranteed
 		if p.Memory == "" {
-			qos = config.QoSBestEffort
+			qos = policy.QoSBestEffort
 		}
-		f := config.Facts{Runtime: "containerd", Namespace: p.Namespace, Pod: p.Name + "-node",
+		f := policy.Facts{Runtime: "containerd", Namespace: p.Namespace, Pod: p.Name + "-node",
 			Container: cmp.Or(p.Container, "main"), Image: cmp.Or(p.Image, WorkloadImage),
 			Labels: p.Labels, Annotations: p.Annotations, Args: p.Command, QoS: qos}
-		d := cfg.Decide(&f)
+		d := cfg.Policy().Decide(&f)
 		if d.Rule != p.Name || d.OOMScoreAdj == nil || strconv.Itoa(*d.OOMScoreAdj) != selectorScore(i) {
 			t.Errorf("%s: rule %q, score %v; want its own rule and %s", p.Name, d.Rule, d.OOMScoreAdj, selectorScore(i))
 		}

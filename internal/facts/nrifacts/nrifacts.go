@@ -8,8 +8,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/facts"
+	"github.com/oomguard/oomguard/internal/facts"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // FromNRI gathers the facts from the pod and container NRI sends a plugin
@@ -17,13 +17,13 @@ import (
 // NRI's own fields, which the runtime fills from kubelet's request; the image,
 // which NRI before v0.11 does not carry, comes from the key the runtime
 // writes itself.
-func FromNRI(pod *api.PodSandbox, ctr *api.Container, runtime string) config.Facts {
+func FromNRI(pod *api.PodSandbox, ctr *api.Container, runtime string) policy.Facts {
 	ann := maps.Clone(pod.GetAnnotations())
 	if ann == nil {
 		ann = map[string]string{}
 	}
 	maps.Copy(ann, ctr.GetAnnotations())
-	f := config.Facts{
+	f := policy.Facts{
 		Runtime:        runtime,
 		Namespace:      pod.GetNamespace(),
 		Pod:            pod.GetName(),
@@ -43,9 +43,9 @@ func FromNRI(pod *api.PodSandbox, ctr *api.Container, runtime string) config.Fac
 		f.OOMScoreAdj = &s
 	}
 	f.OOMGroup = facts.ParseGroup(lin.GetResources().GetUnified())
-	f.QoS = config.InferQoS(pod.GetLinux().GetCgroupParent(), nil)
+	f.QoS = policy.InferQoS(pod.GetLinux().GetCgroupParent(), nil)
 	if f.QoS == "" {
-		f.QoS = config.InferQoS(lin.GetCgroupsPath(), f.OOMScoreAdj)
+		f.QoS = policy.InferQoS(lin.GetCgroupsPath(), f.OOMScoreAdj)
 	}
 	return f
 }

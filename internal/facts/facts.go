@@ -1,6 +1,6 @@
 // Package facts turns what a container runtime says about a container — an
 // OCI state and spec handed to a hook, or (in nrifacts) the pod and container
-// NRI sends a plugin — into the facts the policy (config.Decide) decides on.
+// NRI sends a plugin — into the facts the policy (policy.Decide) decides on.
 package facts
 
 import (
@@ -13,8 +13,8 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // UnifiedOOMGroup is the key of memory.oom.group among a container's unified
@@ -112,12 +112,12 @@ type Resources struct {
 // read from /proc under root when the spec has none. Malformed parts are
 // skipped and returned as warnings: facts are best effort, the policy
 // decides on what is known.
-func FromOCI(root string, st *specs.State, sp *Spec) (config.Facts, []error) {
+func FromOCI(root string, st *specs.State, sp *Spec) (policy.Facts, []error) {
 	var warnings []error
 	ann := map[string]string{}
 	maps.Copy(ann, sp.Annotations)
 	maps.Copy(ann, st.Annotations)
-	f := config.Facts{Runtime: whichRuntime(ann, st.Bundle), Labels: map[string]string{}, Annotations: ann}
+	f := policy.Facts{Runtime: whichRuntime(ann, st.Bundle), Labels: map[string]string{}, Annotations: ann}
 	switch f.Runtime {
 	case RuntimeContainerd:
 		f.Namespace, f.Pod, f.Container = ann[containerdNamespace], ann[containerdPod], ann[containerdContainer]
@@ -157,7 +157,7 @@ func FromOCI(root string, st *specs.State, sp *Spec) (config.Facts, []error) {
 			f.OOMGroup = ParseGroup(r.Unified)
 		}
 	}
-	f.QoS = config.InferQoS(cgroupsPath, f.OOMScoreAdj)
+	f.QoS = policy.InferQoS(cgroupsPath, f.OOMScoreAdj)
 	return f, warnings
 }
 

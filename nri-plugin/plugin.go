@@ -19,10 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/enforce"
-	"github.com/oomguard/oomguard/facts"
-	"github.com/oomguard/oomguard/facts/nrifacts"
+	"github.com/oomguard/oomguard/internal/enforce"
+	"github.com/oomguard/oomguard/internal/facts"
+	"github.com/oomguard/oomguard/internal/facts/nrifacts"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // Plugin adjusts containers as the runtime creates them, keeps the setting
@@ -278,9 +279,9 @@ func (p *Plugin) failOpen(phase string, err *error) {
 
 // decide runs the policy on what NRI tells about the container, and logs
 // and counts the decision.
-func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) config.Decision {
+func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) policy.Decision {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
-	dec := p.cfg.Load().Decide(&f)
+	dec := p.cfg.Load().Policy().Decide(&f)
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()
 		p.log.Warn("annotation rejected", "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "key", r.Key, "value", r.Value, "reason", r.Reason)
@@ -296,7 +297,7 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) c
 	return dec
 }
 
-func newGuard(pod *api.PodSandbox, ctr *api.Container, dec config.Decision) *guard {
+func newGuard(pod *api.PodSandbox, ctr *api.Container, dec policy.Decision) *guard {
 	return &guard{
 		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
 		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), rule: dec.Rule,

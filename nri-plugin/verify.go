@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/oomguard/oomguard/enforce"
+	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/kernel"
 )
 

@@ -2,7 +2,7 @@
 // it sets vm.oom_dump_tasks and the console log level at once and in a
 // sysctl.d drop-in, so that they survive reboots, records what they were,
 // and undoes exactly that.
-package console
+package remediate
 
 import (
 	"encoding/json"

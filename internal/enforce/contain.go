@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // ErrNotContained is a cgroup or a process that is not one container's own.
@@ -31,7 +32,7 @@ func Contain(root string, mode kernel.Mode, cg string, parents []string) (*Conta
 	if cg == "" || !path.IsAbs(cg) || path.Clean(cg) != cg {
 		return nil, fmt.Errorf("cgroup %q: %w: want an absolute, clean path", cg, ErrNotContained)
 	}
-	_, _, _, kube := kernel.KubeContainer(cg)
+	_, _, _, kube := policy.KubeContainer(cg)
 	if !kube && !slices.ContainsFunc(parents, func(p string) bool { return p != "/" && strings.HasPrefix(cg, p+"/") }) {
 		return nil, fmt.Errorf("cgroup %s: %w: it is neither below a pod's cgroup (kubepods…/pod<uid>) nor below containment.cgroup_parents %q", cg, ErrNotContained, parents)
 	}

@@ -4,8 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/oomguard/oomguard/internal/version"
 	"github.com/sirupsen/logrus"
+
+	"github.com/oomguard/oomguard/internal/version"
 )
 
 func TestMain(m *testing.M) {

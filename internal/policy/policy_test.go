@@ -1,10 +1,30 @@
-package config
+package policy
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/oomguard/oomguard/internal/stricttoml"
 )
+
+// parse reads rules and the annotation policy as the configuration file
+// holds them, annotations enabled as by default.
+func parse(t testing.TB, text string) *Policy {
+	t.Helper()
+	doc := struct {
+		Annotations Annotations `toml:"annotations"`
+		Rules       []Rule      `toml:"rule"`
+	}{Annotations: Annotations{Enabled: true}}
+	if err := stricttoml.Decode([]byte(text), &doc); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(doc.Rules, doc.Annotations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -78,10 +98,7 @@ containers = ["db"]
 `
 
 func TestRuleMatching(t *testing.T) {
-	c, err := Parse([]byte(matchConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parse(t, matchConfig)
 	for _, tc := range []struct {
 		name  string
 		facts Facts
@@ -126,10 +143,7 @@ func TestRuleMatching(t *testing.T) {
 }
 
 func TestRuleLeavesOmittedValues(t *testing.T) {
-	c, err := Parse([]byte(matchConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parse(t, matchConfig)
 	d := c.Decide(&Facts{QoS: "BestEffort"})
 	if d.OOMScoreAdj != nil || d.OOMGroup == nil || *d.OOMGroup {
 		t.Fatalf("qos rule sets only the group: %s", describe(d))
@@ -160,10 +174,7 @@ namespaces = ["grp"]
 `
 
 func TestAnnotations(t *testing.T) {
-	c, err := Parse([]byte(annotationConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parse(t, annotationConfig)
 	for _, tc := range []struct {
 		name      string
 		facts     Facts
@@ -230,10 +241,7 @@ func TestAnnotations(t *testing.T) {
 }
 
 func TestAnnotationsDisabled(t *testing.T) {
-	c, err := Parse([]byte("[annotations]\nenabled = false\n" + annotationConfig[len("\n[annotations]\n"):]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parse(t, "[annotations]\nenabled = false\n"+annotationConfig[len("\n[annotations]\n"):])
 	d := c.Decide(&Facts{Namespace: "vm", Annotations: map[string]string{"oomguard.io/oom-score-adj": "950", "oomguard.io/oom-group": "true"}})
 	if *d.OOMScoreAdj != 900 || *d.OOMGroup || len(d.Rejected) != 2 || !strings.Contains(d.Rejected[0].String(), "disabled") {
 		t.Fatalf("got %s", describe(d))
@@ -241,10 +249,7 @@ func TestAnnotationsDisabled(t *testing.T) {
 }
 
 func TestDecideIsPure(t *testing.T) {
-	c, err := Parse([]byte(annotationConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parse(t, annotationConfig)
 	f := Facts{Namespace: "vm"}
 	a := c.Decide(&f)
 	*a.OOMScoreAdj = 1

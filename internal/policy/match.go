@@ -1,4 +1,4 @@
-package config
+package policy
 
 import (
 	"errors"
@@ -9,12 +9,18 @@ import (
 	"strings"
 )
 
-// QoS classes as kubelet names them, lower-cased.
-const (
-	QoSGuaranteed = "guaranteed"
-	QoSBurstable  = "burstable"
-	QoSBestEffort = "besteffort"
-)
+// Match is a rule's selector: every field that is set must match, and within
+// a list any entry may. An empty Match matches every container.
+type Match struct {
+	Namespaces      []string          `toml:"namespaces"`       // globs
+	PodLabels       map[string]string `toml:"pod_labels"`       // key → value glob
+	Annotations     map[string]string `toml:"annotations"`      // key → value glob, pod or container
+	RuntimeHandlers []string          `toml:"runtime_handlers"` // globs, e.g. "sysbox-runc"
+	Containers      []string          `toml:"containers"`       // container name globs
+	Images          []string          `toml:"images"`           // image reference globs
+	Command         string            `toml:"command"`          // Go regexp searched in the program (args[0], past init wrappers)
+	QoS             []string          `toml:"qos"`              // guaranteed, burstable, besteffort
+}
 
 type compiled struct {
 	namespaces, handlers, containers, images []*regexp.Regexp
@@ -23,7 +29,7 @@ type compiled struct {
 	qos                                      []string
 }
 
-func (m *Match) compile() error {
+func (m *Match) compile() (compiled, error) {
 	var errs []error
 	globs := func(field string, in []string) []*regexp.Regexp {
 		out := make([]*regexp.Regexp, 0, len(in))
@@ -72,13 +78,11 @@ func (m *Match) compile() error {
 		}
 		c.qos = append(c.qos, n)
 	}
-	m.m = c
-	return errors.Join(errs...)
+	return c, errors.Join(errs...)
 }
 
 // matches reports whether every selector that is set matches f.
-func (m *Match) matches(f *Facts) bool {
-	c := &m.m
+func (c *compiled) matches(f *Facts) bool {
 	if len(c.namespaces) > 0 && !anyMatch(c.namespaces, f.Namespace) {
 		return false
 	}

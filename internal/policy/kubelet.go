@@ -1,0 +1,77 @@
+package policy
+
+import (
+	"regexp"
+	"strings"
+)
+
+// QoS classes as kubelet names them, lower-cased.
+const (
+	QoSGuaranteed = "guaranteed"
+	QoSBurstable  = "burstable"
+	QoSBestEffort = "besteffort"
+)
+
+// kubelet's cgroups: kubepods (the root of every pod), an optional QoS
+// level, one cgroup per pod, one per container, named by either driver:
+// cgroupfs "/kubepods/burstable/pod<uid>/<id>", systemd
+// "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope".
+var (
+	podRE       = regexp.MustCompile(`(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-z]+)(\.slice)?$`)
+	ctrPrefixes = []string{"cri-containerd-", "crio-conmon-", "crio-", "docker-", "libpod-", "containerd-"}
+)
+
+// KubeContainer splits a cgroup path as kubelet and the runtimes lay it out
+// into its pod and container cgroups:
+// "/kubepods/burstable/pod1/abc/init.scope" → pod "1", container cgroup
+// "/kubepods/burstable/pod1/abc", id "abc".
+func KubeContainer(cg string) (pod, ctrCgroup, id string, ok bool) {
+	if !strings.Contains(cg, "kubepods") {
+		return "", "", "", false
+	}
+	parts := strings.Split(strings.Trim(cg, "/"), "/")
+	below := false // below kubelet's kubepods cgroup
+	for i, p := range parts {
+		m := podRE.FindStringSubmatch(p)
+		if m == nil || !below || i+1 >= len(parts) {
+			below = below || p == "kubepods" || p == "kubepods.slice" || strings.HasPrefix(p, "kubepods-") || strings.Contains(p, "-kubepods")
+			continue
+		}
+		pod = strings.ReplaceAll(m[1], "_", "-")
+		id = parts[i+1]
+		for _, pre := range ctrPrefixes {
+			id = strings.TrimPrefix(id, pre)
+		}
+		id = strings.TrimSuffix(id, ".scope")
+		return pod, "/" + strings.Join(parts[:i+2], "/"), id, true
+	}
+	return "", "", "", false
+}
+
+// InferQoS names a pod's QoS class from its cgroup parent as kubelet lays it
+// out, falling back to kubelet's oom_score_adj for the class. "" when
+// neither tells.
+func InferQoS(cgroupPath string, oomScoreAdj *int) string {
+	if i := strings.Index(cgroupPath, "kubepods"); i >= 0 {
+		rest := cgroupPath[i+len("kubepods"):]
+		switch {
+		case strings.HasPrefix(rest, "/burstable") || strings.HasPrefix(rest, "-burstable") || strings.HasPrefix(rest, ".slice/kubepods-burstable"):
+			return QoSBurstable
+		case strings.HasPrefix(rest, "/besteffort") || strings.HasPrefix(rest, "-besteffort") || strings.HasPrefix(rest, ".slice/kubepods-besteffort"):
+			return QoSBestEffort
+		case strings.Contains(rest, "pod"):
+			return QoSGuaranteed
+		}
+	}
+	if oomScoreAdj != nil {
+		switch v := *oomScoreAdj; {
+		case v == -997:
+			return QoSGuaranteed
+		case v == 1000:
+			return QoSBestEffort
+		case v >= 3 && v <= 999: // kubelet clamps Burstable to 3..999
+			return QoSBurstable
+		}
+	}
+	return ""
+}

@@ -1,0 +1,60 @@
+package policy
+
+import "testing"
+
+func TestGlob(t *testing.T) {
+	for _, tc := range []struct {
+		glob, s string
+		want    bool
+	}{
+		{"*", "", true},
+		{"*", "a/b:c", true},
+		{"registry.example.com/*", "registry.example.com/ml/base:v1", true},
+		{"registry.example.com/*", "registry.example.org/ml", false},
+		{"kube-?", "kube-a", true},
+		{"kube-?", "kube-ab", false},
+		{"team-[ab]", "team-b", true},
+		{"team-[!ab]", "team-b", false},
+		{"team-[!ab]", "team-c", true},
+		{"a.b", "axb", false},
+		{`a\*`, "a*", true},
+		{`a\*`, "ab", false},
+		{"[]]x", "]x", true},
+	} {
+		re, err := compileGlob(tc.glob)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.glob, err)
+		}
+		if got := re.MatchString(tc.s); got != tc.want {
+			t.Errorf("glob %q on %q = %v, want %v", tc.glob, tc.s, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"[", "a[b", `x\`, "[!]"} {
+		if _, err := compileGlob(bad); err == nil {
+			t.Errorf("glob %q: want an error", bad)
+		}
+	}
+}
+
+func TestKubeContainer(t *testing.T) {
+	for _, tc := range []struct {
+		cg, pod, ctr, id string
+	}{
+		{"/kubepods/burstable/pod1/abc", "1", "/kubepods/burstable/pod1/abc", "abc"},
+		{"/kubepods/burstable/pod1/abc/init.scope", "1", "/kubepods/burstable/pod1/abc", "abc"},
+		{"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_1111_2222_3333_444455556666.slice/cri-containerd-f00.scope",
+			"0a1b2c3d-1111-2222-3333-444455556666", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_1111_2222_3333_444455556666.slice/cri-containerd-f00.scope", "f00"},
+		{"/kubepods.slice/kubepods-pod9.slice/crio-abc.scope", "9", "/kubepods.slice/kubepods-pod9.slice/crio-abc.scope", "abc"},
+		{"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod9.slice/crio-abc.scope", "9", "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod9.slice/crio-abc.scope", "abc"},
+		{"/kubepods/pod1", "", "", ""},         // a pod's own cgroup
+		{"/kubepods/burstable", "", "", ""},    // a QoS level
+		{"/system.slice/pod1/abc", "", "", ""}, // not below kubepods
+		{"/pod1/kubepods/x", "", "", ""},       // the pod level comes before kubepods
+		{"/", "", "", ""},
+	} {
+		pod, ctr, id, ok := KubeContainer(tc.cg)
+		if ok != (tc.pod != "") || pod != tc.pod || ctr != tc.ctr || id != tc.id {
+			t.Errorf("KubeContainer(%q) = %q %q %q %v; want %q %q %q", tc.cg, pod, ctr, id, ok, tc.pod, tc.ctr, tc.id)
+		}
+	}
+}

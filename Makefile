@@ -22,7 +22,8 @@ RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/..
 # when a worker is slow to stop on a loaded machine);
 # their corpora are in each package's testdata/fuzz.
 FUZZ := ./config:FuzzParse ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
-	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseCPUList ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
+	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
+	./doctor:FuzzParseCPUList ./doctor:FuzzParseProcTables \
 	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.

@@ -28,13 +28,13 @@ func (n *node) checkConsole() Finding {
 		f.Severity, f.Summary = OK, "vm.oom_dump_tasks = 0: OOM kills print no task list"
 		return f
 	}
-	consoles, err := kernel.Consoles(n.root)
+	consoles, err := readConsoles(n.root)
 	if err != nil {
 		f.Severity, f.Summary = Unknown, "cannot read /proc/consoles: "+err.Error()
 		return f
 	}
-	params, _ := kernel.CmdlineParams(n.root)
-	var serial *kernel.Console
+	params, _ := cmdlineParams(n.root)
+	var serial *console
 	for i := range consoles {
 		if consoles[i].Enabled && serialRE.MatchString(consoles[i].Name) {
 			serial = &consoles[i]

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/oomguard/oomguard/internal/kernel"
 )
 
 var nicRE = regexp.MustCompile(`(?i)(^ena|mlx5|mlx4|virtio\d+-(input|output)|-tx-?rx-|-txrx-|^eth\d|^ens\d|i40e|ixgbe|ice-|bnxt|gve|efa)`)
@@ -17,7 +15,7 @@ var nicRE = regexp.MustCompile(`(?i)(^ena|mlx5|mlx4|virtio\d+-(input|output)|-tx
 // work, hidden by a calm machine average.
 func (n *node) checkNICCPU() Finding {
 	f := Finding{Check: "nic-cpu"}
-	irqs, err := kernel.Interrupts(n.root)
+	irqs, err := readInterrupts(n.root)
 	if err != nil {
 		f.Severity, f.Summary = Unknown, "cannot read /proc/interrupts: "+err.Error()
 		return f
@@ -27,7 +25,7 @@ func (n *node) checkNICCPU() Finding {
 		if !nicRE.MatchString(in.Name) {
 			continue
 		}
-		cpus, err := kernel.IRQAffinity(n.root, in.IRQ, len(in.Counts))
+		cpus, err := irqAffinity(n.root, in.IRQ, len(in.Counts))
 		if err != nil {
 			// Without the affinity files, the CPUs that took the interrupts.
 			for c, cnt := range in.Counts {
@@ -49,7 +47,7 @@ func (n *node) checkNICCPU() Finding {
 		f.Severity, f.Summary = Unknown, fmt.Sprintf("%d CPUs serve NIC queues; per-core load not sampled: %v", len(nicCPUs), err)
 		return f
 	}
-	prev := map[int]kernel.CPUTimes{}
+	prev := map[int]cpuTimes{}
 	for _, c := range before {
 		prev[c.CPU] = c
 	}
@@ -88,19 +86,19 @@ func (n *node) checkNICCPU() Finding {
 
 // cpuSample reads /proc/stat twice, sample apart; a captured tree may hold
 // the second reading as proc/stat.next.
-func (n *node) cpuSample() ([]kernel.CPUTimes, []kernel.CPUTimes, error) {
-	before, err := kernel.ReadCPUTimes(n.root, "proc/stat")
+func (n *node) cpuSample() ([]cpuTimes, []cpuTimes, error) {
+	before, err := readCPUTimes(n.root, "proc/stat")
 	if err != nil {
 		return nil, nil, err
 	}
-	if next, err := kernel.ReadCPUTimes(n.root, "proc/stat.next"); err == nil {
+	if next, err := readCPUTimes(n.root, "proc/stat.next"); err == nil {
 		return before, next, nil
 	}
 	if n.sample <= 0 {
 		return nil, nil, errors.New("sampling disabled (--sample 0)")
 	}
 	time.Sleep(n.sample)
-	after, err := kernel.ReadCPUTimes(n.root, "proc/stat")
+	after, err := readCPUTimes(n.root, "proc/stat")
 	return before, after, err
 }
 

@@ -12,7 +12,7 @@ var el7RE = regexp.MustCompile(`^3\.10\.0-.*\.el7`)
 // checkZombies: dying memory cgroups, which slow every walk of the memcg tree.
 func (n *node) checkZombies() Finding {
 	f := Finding{Check: "zombie-memcgs"}
-	dying, err := kernel.DyingMemcgs(n.root, n.mode)
+	dying, err := dyingMemcgs(n.root, n.mode)
 	if err != nil {
 		f.Severity, f.Summary = Unknown, "cannot count dying memory cgroups: "+err.Error()
 		return f

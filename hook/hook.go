@@ -9,23 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/oomguard/oomguard/internal/policy"
-	"github.com/oomguard/oomguard/internal/version"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/facts"
-	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/version"
 )
 
 // Options are the hook's flags.
@@ -49,22 +44,30 @@ const (
 	maxSpec  = 4 << 20
 )
 
-// Run reads the OCI state on stdin and adjusts the container. It returns the
-// exit status: 0, even on errors (logged), unless strict, then 1.
-func Run(o Options, stdin io.Reader, stderr io.Writer) int {
-	var failCode atomic.Int32 // 0 until strict is known to be on
-	if o.Strict {
-		failCode.Store(1)
-	}
-	if o.Deadline <= 0 {
-		o.Deadline = DefaultDeadline
-	}
-	deadline := time.AfterFunc(o.Deadline, func() {
-		fmt.Fprintf(stderr, "oomguard-hook: the %s deadline passed (something it reads did not answer); container left as it is\n", o.Deadline)
-		os.Exit(int(failCode.Load()))
-	})
-	defer deadline.Stop()
+// Hook is one run of oomguard-hook on one container.
+type Hook struct {
+	o        Options
+	failCode atomic.Int32 // 0 until strict mode is known to be on
+}
 
+// New makes a run with o's flags.
+func New(o Options) *Hook {
+	h := &Hook{o: o}
+	if o.Strict {
+		h.failCode.Store(1)
+	}
+	return h
+}
+
+// FailCode is the exit status for a container the hook gave up on (its
+// deadline passed): 1 once strict mode is known to be on, else 0.
+func (h *Hook) FailCode() int { return int(h.failCode.Load()) }
+
+// Run reads the OCI state on stdin and adjusts the container. It returns the
+// exit status: 0, even on errors (logged), unless strict, then 1. The
+// command bounds it by Options.Deadline.
+func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
+	o := h.o
 	cfg, cfgErr := config.Find(o.ConfigPath)
 	if cfgErr == nil && cfg.Missing {
 		cfgErr = fmt.Errorf("no configuration at %s, so no rule applies: install one (deploy/config.toml)", config.DefaultPath)
@@ -85,7 +88,7 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	var le *config.LoadError
 	strict := o.Strict || (cfg != nil && cfg.Strict) || (errors.As(cfgErr, &le) && le.Strict)
 	if strict {
-		failCode.Store(1)
+		h.failCode.Store(1)
 	}
 
 	fail := func(what string, err error) int {
@@ -118,17 +121,18 @@ func Run(o Options, stdin io.Reader, stderr io.Writer) int {
 	for _, r := range dec.Rejected {
 		log.Warn("annotation rejected", "key", r.Key, "value", r.Value, "reason", r.Reason)
 	}
-	res := apply(o.Root, state, spec, dec, cfg.Containment.CgroupParents)
+	node := enforce.NewNode(o.Root, cfg.Containment.CgroupParents)
+	score, group, err := node.Apply(node.Plan(dec), spec.CgroupsPath(), state.Pid)
 	attrs := []any{
 		"runtime", f.Runtime, "namespace", f.Namespace, "pod", f.Pod, "container", f.Container,
-		"rule", dec.Rule, "oom_score_adj", res.score, "oom_group", res.group,
+		"rule", dec.Rule, "oom_score_adj", score.String(), "oom_group", group.String(),
 	}
 	if len(dec.Reasons) > 0 {
 		attrs = append(attrs, "reasons", dec.Reasons)
 	}
 	log.Info("decision", attrs...)
-	if res.err != nil {
-		return fail("applying the decision", res.err)
+	if err != nil {
+		return fail("applying the decision", err)
 	}
 	return 0
 }
@@ -164,81 +168,4 @@ func readInput(stdin io.Reader) (*specs.State, *facts.Spec, error) {
 		return nil, nil, fmt.Errorf("parse %s: %w", p, err)
 	}
 	return &st, &sp, nil
-}
-
-// applied says what became of each value, for the decision's log line:
-// "old→new", "unchanged v", "left", "unsupported (…)" or "failed".
-type applied struct {
-	score, group string
-	err          error
-}
-
-func apply(root string, st *specs.State, sp *facts.Spec, d policy.Decision, parents []string) applied {
-	res := applied{score: "left", group: "left"}
-	if !d.Changes() {
-		return res
-	}
-	mode := kernel.DetectMode(root)
-	c, err := container(root, mode, st, sp, parents)
-	if err != nil {
-		res.err = err
-		if d.OOMScoreAdj != nil {
-			res.score = "refused"
-		}
-		if d.OOMGroup != nil {
-			res.group = "refused"
-		}
-		return res
-	}
-	var errs []error
-	if d.OOMScoreAdj != nil {
-		old, changed, err := c.Score(st.Pid, *d.OOMScoreAdj)
-		res.score = describe(old, *d.OOMScoreAdj, changed, err, strconv.Itoa)
-		errs = append(errs, err)
-	}
-	if d.OOMGroup != nil {
-		if mode != kernel.ModeV2 {
-			res.group = fmt.Sprintf("unsupported (cgroup %s host has no memory.oom.group)", mode)
-		} else {
-			old, changed, err := c.Group(*d.OOMGroup)
-			res.group = describe(old, *d.OOMGroup, changed, err, kernel.GroupValue)
-			errs = append(errs, err)
-		}
-	}
-	res.err = errors.Join(errs...)
-	return res
-}
-
-// container is the container the hook may write to: the cgroup its spec
-// names (else its init's), checked to be one container's own, holding the
-// state's pid.
-func container(root string, mode kernel.Mode, st *specs.State, sp *facts.Spec, parents []string) (*enforce.Container, error) {
-	var cg string
-	var err error
-	if sp.Linux != nil && sp.Linux.CgroupsPath != "" {
-		cg, err = kernel.ResolveCgroupsPath(sp.Linux.CgroupsPath)
-	} else {
-		cg, err = kernel.ProcCgroup(root, mode, st.Pid)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("find the cgroup of pid %d: %w", st.Pid, err)
-	}
-	c, err := enforce.Contain(root, mode, cg, parents)
-	if err == nil {
-		err = c.Holds(st.Pid)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("refusing to write: %w", err)
-	}
-	return c, nil
-}
-
-func describe[T any](old, want T, changed bool, err error, format func(T) string) string {
-	switch {
-	case err != nil:
-		return "failed"
-	case changed:
-		return format(old) + "→" + format(want)
-	}
-	return "unchanged " + format(old)
 }

@@ -498,7 +498,7 @@ func TestCgroupV1NodeGetsNoGroup(t *testing.T) {
 	if score, group := adjusted(rsp); score != "900" || group != "untouched" {
 		t.Fatalf("adjusted score %s group %s, want 900 and no group", score, group)
 	}
-	if !strings.Contains(tp.logs.String(), `oom_group="unsupported (cgroup hybrid node)"`) {
+	if !strings.Contains(tp.logs.String(), `oom_group="unsupported on cgroup v1 (hybrid)"`) {
 		t.Fatalf("the group must be reported unsupported:\n%s", tp.logs.String())
 	}
 	urs, err := rs.Update(pod, running, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 1 << 30}}})

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +21,6 @@ import (
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/facts/nrifacts"
-	"github.com/oomguard/oomguard/internal/kernel"
-	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // Plugin adjusts containers as the runtime creates them, keeps the setting
@@ -32,10 +29,10 @@ import (
 // container is created unadjusted, unless the configuration is strict.
 type Plugin struct {
 	cfg      atomic.Pointer[config.Config]
-	unusable atomic.Pointer[error] // a strict configuration that cannot be used: fail closed
-	runtime  atomic.Value          // string: the runtime connected, a facts.Runtime name
+	node     atomic.Pointer[enforce.Node] // the node as cfg's containment sees it
+	unusable atomic.Pointer[error]        // a strict configuration that cannot be used: fail closed
+	runtime  atomic.Value                 // string: the runtime connected, a facts.Runtime name
 	root     string
-	mode     kernel.Mode
 	log      *slog.Logger
 	m        *Metrics
 
@@ -49,14 +46,17 @@ type Plugin struct {
 type guard struct {
 	id, namespace, pod, name string
 	cgroupsPath              string // from the OCI spec
-	rule                     string
-	score                    *int
-	group                    *bool
+	plan                     enforce.Plan
 
 	// under Plugin.mu
 	pid      uint32
 	oomKills uint64
 	missing  int // verifications that found no cgroup
+}
+
+// attrs are a container's fields for a log line.
+func (g *guard) attrs(more ...any) []any {
+	return append([]any{"pod", g.namespace + "/" + g.pod, "container", g.name, "rule", g.plan.Rule}, more...)
 }
 
 // New makes a plugin with cfg until the runtime passes another; root is the
@@ -65,8 +65,8 @@ type guard struct {
 // strict mode, the plugin fails every container's creation until the runtime
 // passes a usable configuration.
 func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Metrics) *Plugin {
-	p := &Plugin{root: root, mode: kernel.DetectMode(root), log: log, m: m, guarded: map[string]*guard{}}
-	p.cfg.Store(cfg)
+	p := &Plugin{root: root, log: log, m: m, guarded: map[string]*guard{}}
+	p.setConfig(cfg)
 	p.runtime.Store(facts.RuntimeUnknown)
 	var le *config.LoadError
 	if errors.As(cfgErr, &le) && le.Strict {
@@ -81,13 +81,18 @@ func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Met
 	return p
 }
 
+func (p *Plugin) setConfig(cfg *config.Config) {
+	p.node.Store(enforce.NewNode(p.root, cfg.Containment.CgroupParents))
+	p.cfg.Store(cfg)
+}
+
 // Configure takes the runtime's plugin configuration (/etc/nri/conf.d), when
 // it has one, as the oomguard TOML configuration. A configuration that does
 // not validate is not taken; if it (or the one in force) asks for strict
 // mode, containers fail to be created until a usable one comes.
 func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) (api.EventMask, error) {
 	p.runtime.Store(facts.RuntimeNamed(runtime))
-	p.log.Info("connected to runtime", "runtime", runtime, "version", version, "cgroup", p.mode.String())
+	p.log.Info("connected to runtime", "runtime", runtime, "version", version, "cgroup", p.node.Load().Layout())
 	if cfgText != "" {
 		c, err := config.Parse([]byte(cfgText))
 		if err != nil {
@@ -100,7 +105,7 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 			}
 			p.log.Error("configuration from the runtime is invalid; keeping the current one", "err", err)
 		} else {
-			p.cfg.Store(c)
+			p.setConfig(c)
 			p.unusable.Store(nil)
 		}
 	}
@@ -128,24 +133,19 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			continue
 		}
 		pod := byID[ctr.GetPodSandboxId()]
-		dec := p.decide("synchronize", pod, ctr)
-		if !dec.Changes() {
+		g := p.decide("synchronize", pod, ctr)
+		if g == nil {
 			continue
 		}
-		g := newGuard(pod, ctr, dec)
 		fresh[g.id] = g
 		c, err := p.container(g, "synchronize")
 		if err != nil {
 			continue
 		}
 		fixes = append(fixes, fix{g, c})
-		if g.group != nil && p.mode == kernel.ModeV2 {
-			u := &api.ContainerUpdate{}
-			u.SetContainerId(g.id)
-			u.AddLinuxUnified(facts.UnifiedOOMGroup, kernel.GroupValue(*g.group))
-			u.SetIgnoreFailure()
+		if u := groupUpdate(g); u != nil {
 			updates = append(updates, u)
-			p.m.adjustments.WithLabelValues("oom_group", "synchronize").Inc()
+			p.m.adjustments.WithLabelValues(enforce.SettingGroup, "synchronize").Inc()
 		}
 	}
 	p.mu.Lock()
@@ -159,16 +159,16 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
 		for _, f := range fixes {
 			g, c := f.g, f.c
-			if g.group != nil && p.mode == kernel.ModeV2 {
+			if g.plan.Group != nil {
 				// Also directly: the runtime applies its update only when it gets to it.
-				if _, _, err := p.enforceGroup(g, c, "synchronize"); err != nil && !kernel.IsGone(err) {
+				if ch := p.enforceGroup(g, c, "synchronize"); ch.Err != nil && !enforce.IsGone(ch.Err) {
 					p.m.errors.WithLabelValues("synchronize").Inc()
-					p.log.Warn("setting memory.oom.group failed", "container", g.name, "cgroup", c.Cgroup(), "err", err)
+					p.log.Warn("setting memory.oom.group failed", g.attrs("cgroup", c.Cgroup(), "err", ch.Err)...)
 				}
 			}
-			if g.score != nil {
+			if g.plan.Score != nil {
 				if n := p.enforceScore(g, c, "synchronize"); n > 0 {
-					p.log.Info("existing container fixed", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+					p.log.Info("existing container fixed", g.attrs("processes", n, "oom_score_adj", *g.plan.Score)...)
 				}
 			}
 		}
@@ -179,33 +179,59 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	return updates, nil
 }
 
-// CreateContainer puts the decision into the container's spec, so the
-// runtime applies it before any of the container's processes runs.
+// CreateContainer puts the plan into the container's spec, so the runtime
+// applies it before any of the container's processes runs.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, upd []*api.ContainerUpdate, err error) {
 	defer p.failOpen("create", &err)
 	if e := p.unusable.Load(); e != nil {
 		return nil, nil, *e
 	}
-	dec := p.decide("create", pod, ctr)
-	if !dec.Changes() {
+	g := p.decide("create", pod, ctr)
+	if g == nil {
 		return nil, nil, nil
 	}
-	adj = &api.ContainerAdjustment{}
-	if dec.OOMScoreAdj != nil {
-		v := *dec.OOMScoreAdj
-		adj.SetLinuxOomScoreAdj(&v)
-		p.m.adjustments.WithLabelValues("oom_score_adj", "create").Inc()
+	adj = adjustment(g.plan)
+	if g.plan.Score != nil {
+		p.m.adjustments.WithLabelValues(enforce.SettingScore, "create").Inc()
 	}
-	// Never a setting the node cannot apply: runc refuses unified resources on cgroup v1.
-	if dec.OOMGroup != nil && p.mode == kernel.ModeV2 {
-		adj.AddLinuxUnified(facts.UnifiedOOMGroup, kernel.GroupValue(*dec.OOMGroup))
-		p.m.adjustments.WithLabelValues("oom_group", "create").Inc()
+	if g.plan.Group != nil {
+		p.m.adjustments.WithLabelValues(enforce.SettingGroup, "create").Inc()
 	}
-	g := newGuard(pod, ctr, dec)
 	p.mu.Lock()
 	p.guarded[g.id] = g
 	p.mu.Unlock()
 	return adj, nil, nil
+}
+
+// adjustment is the plan as NRI carries it to the runtime: the score, and
+// the group as a unified cgroup resource (only in a plan for cgroup v2,
+// since runc refuses unified resources on v1). Nil when the plan sets nothing.
+func adjustment(plan enforce.Plan) *api.ContainerAdjustment {
+	if !plan.Changes() {
+		return nil
+	}
+	adj := &api.ContainerAdjustment{}
+	if plan.Score != nil {
+		v := *plan.Score
+		adj.SetLinuxOomScoreAdj(&v)
+	}
+	if plan.Group != nil {
+		adj.AddLinuxUnified(facts.UnifiedOOMGroup, enforce.GroupValue(*plan.Group))
+	}
+	return adj
+}
+
+// groupUpdate asks the runtime to set a guarded container's group again, nil
+// when its plan leaves the group alone.
+func groupUpdate(g *guard) *api.ContainerUpdate {
+	if g.plan.Group == nil {
+		return nil
+	}
+	u := &api.ContainerUpdate{}
+	u.SetContainerId(g.id)
+	u.AddLinuxUnified(facts.UnifiedOOMGroup, enforce.GroupValue(*g.plan.Group))
+	u.SetIgnoreFailure()
+	return u
 }
 
 // PostStartContainer checks the started container at once: runtimes older
@@ -231,17 +257,17 @@ func (p *Plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	p.mu.Lock()
 	g := p.guarded[ctr.GetId()]
 	p.mu.Unlock()
-	if g == nil || g.group == nil || p.mode != kernel.ModeV2 {
+	if g == nil || g.plan.Group == nil {
 		return nil, nil
 	}
-	want := kernel.GroupValue(*g.group)
+	want := enforce.GroupValue(*g.plan.Group)
 	if got, ok := res.GetUnified()[facts.UnifiedOOMGroup]; ok && got != want {
-		p.log.Info("update overridden", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", got+"→"+want)
+		ch := enforce.Change{Setting: enforce.SettingGroup, From: got, To: want, What: enforce.Planned}
+		p.log.Info("update overridden", g.attrs(enforce.SettingGroup, ch.String())...)
 	}
-	u := &api.ContainerUpdate{}
-	u.SetContainerId(g.id)
-	u.AddLinuxUnified(facts.UnifiedOOMGroup, want)
-	p.m.adjustments.WithLabelValues("oom_group", "update").Inc()
+	u := groupUpdate(g)
+	u.IgnoreFailure = false
+	p.m.adjustments.WithLabelValues(enforce.SettingGroup, "update").Inc()
 	return []*api.ContainerUpdate{u}, nil
 }
 
@@ -277,89 +303,57 @@ func (p *Plugin) failOpen(phase string, err *error) {
 	*err = nil
 }
 
-// decide runs the policy on what NRI tells about the container, and logs
-// and counts the decision.
-func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) policy.Decision {
+// decide runs the policy on what NRI tells about the container, masks it
+// against what the node supports, logs and counts it, and returns the
+// container to guard; nil when the plan changes nothing.
+func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *guard {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
 	dec := p.cfg.Load().Policy().Decide(&f)
+	ids := []any{"pod", f.Namespace + "/" + f.Pod, "container", f.Container}
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()
-		p.log.Warn("annotation rejected", "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "key", r.Key, "value", r.Value, "reason", r.Reason)
+		p.log.Warn("annotation rejected", append(ids, "key", r.Key, "value", r.Value, "reason", r.Reason)...)
 	}
+	plan := p.node.Load().Plan(dec)
 	if !dec.Changes() {
-		p.log.Debug("decision", "phase", phase, "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", dec.Rule, "reasons", dec.Reasons)
-		return dec
+		p.log.Debug("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule, "reasons", dec.Reasons)...)...)
+		return nil
 	}
 	p.m.decisions.WithLabelValues(dec.Rule).Inc()
-	p.log.Info("decision", "phase", phase, "pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", dec.Rule,
-		"oom_score_adj", change(f.OOMScoreAdj, dec.OOMScoreAdj, strconv.Itoa),
-		"oom_group", p.groupChange(f.OOMGroup, dec.OOMGroup), "reasons", dec.Reasons)
-	return dec
-}
-
-func newGuard(pod *api.PodSandbox, ctr *api.Container, dec policy.Decision) *guard {
+	p.log.Info("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule,
+		enforce.SettingScore, plan.ScoreChange(f.OOMScoreAdj).String(),
+		enforce.SettingGroup, plan.GroupChange(f.OOMGroup).String(), "reasons", dec.Reasons)...)...)
+	if !plan.Changes() {
+		return nil
+	}
 	return &guard{
 		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
-		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), rule: dec.Rule,
-		score: dec.OOMScoreAdj, group: dec.OOMGroup,
+		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), plan: plan,
 	}
 }
 
-// container is the container's own cgroup, checked to be one container's:
-// the one its spec names, as the host sees it, else its init's. A path
-// outside every container is refused, logged and counted.
+// container is the container's own cgroup, as Locate finds and checks it.
+// A path outside every container is refused, logged and counted.
 func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
 	p.mu.Lock()
 	pid := g.pid
 	p.mu.Unlock()
-	var cg string
-	var err error
-	switch {
-	case g.cgroupsPath != "":
-		cg, err = kernel.ResolveCgroupsPath(g.cgroupsPath)
-	case pid != 0 && kernel.CgroupNSDepth(p.root, p.mode) == 0:
-		cg, err = kernel.ProcCgroup(p.root, p.mode, int(pid))
-	default:
-		return nil, errors.New("no cgroupsPath, and no pid whose cgroup the host's namespace shows")
-	}
-	if err != nil {
-		return nil, err
-	}
-	c, err := enforce.Contain(p.root, p.mode, cg, p.cfg.Load().Containment.CgroupParents)
-	if err != nil {
+	c, err := p.node.Load().Locate(g.cgroupsPath, int(pid))
+	if errors.Is(err, enforce.ErrNotContained) {
 		p.m.refusals.WithLabelValues(phase).Inc()
-		p.log.Warn("refusing to write outside a container", "pod", g.namespace+"/"+g.pod, "container", g.name, "phase", phase, "err", err)
+		p.log.Warn("refusing to write outside a container", g.attrs("phase", phase, "err", err)...)
 	}
 	return c, err
 }
 
-// enforceScore writes the decided score to every process of the container
+// enforceScore writes the planned score to every process of the container
 // that does not have it, and returns how many it changed.
 func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) int {
-	changed, errs := c.Scores(*g.score)
+	changed, errs := c.Scores(*g.plan.Score)
 	for _, err := range errs {
 		p.m.errors.WithLabelValues(phase).Inc()
-		p.log.Warn("setting oom_score_adj failed", "container", g.name, "cgroup", c.Cgroup(), "err", err)
+		p.log.Warn("setting oom_score_adj failed", g.attrs("cgroup", c.Cgroup(), "err", err)...)
 	}
-	p.m.adjustments.WithLabelValues("oom_score_adj", phase).Add(float64(changed))
+	p.m.adjustments.WithLabelValues(enforce.SettingScore, phase).Add(float64(changed))
 	return changed
-}
-
-// groupChange says what the decision does to memory.oom.group, for the log.
-func (p *Plugin) groupChange(old, new *bool) string {
-	if new != nil && p.mode != kernel.ModeV2 {
-		return "unsupported (cgroup " + p.mode.String() + " node)"
-	}
-	return change(old, new, kernel.GroupValue)
-}
-
-func change[T any](old, new *T, format func(T) string) string {
-	if new == nil {
-		return "left"
-	}
-	o := "unset"
-	if old != nil {
-		o = format(*old)
-	}
-	return o + "→" + format(*new)
 }

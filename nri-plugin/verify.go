@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/internal/enforce"
-	"github.com/oomguard/oomguard/internal/kernel"
 )
 
 // verifyLoop re-reads every guarded container each interval and corrects
@@ -47,10 +46,13 @@ func (p *Plugin) verify(g *guard, phase string) {
 	if errors.Is(err, enforce.ErrNotContained) {
 		return
 	}
-	if err == nil && p.mode == kernel.ModeV2 {
+	if err == nil {
+		p.countKills(g, c)
+	}
+	if err == nil && g.plan.Group != nil {
 		err = p.verifyGroup(g, c, phase)
 	}
-	if kernel.IsGone(err) {
+	if enforce.IsGone(err) {
 		// Not started yet, or gone without a RemoveContainer we saw.
 		p.mu.Lock()
 		if g.missing++; g.missing > 3 {
@@ -61,53 +63,57 @@ func (p *Plugin) verify(g *guard, phase string) {
 	}
 	if err != nil {
 		p.m.errors.WithLabelValues(phase).Inc()
-		p.log.Warn("verifying container failed", "pod", g.namespace+"/"+g.pod, "container", g.name, "err", err)
+		p.log.Warn("verifying container failed", g.attrs("err", err)...)
 		return
 	}
 	p.mu.Lock()
 	g.missing = 0
 	p.mu.Unlock()
-	if g.score != nil {
+	if g.plan.Score != nil {
 		switch n := p.enforceScore(g, c, phase); {
 		case n > 0 && phase == "verify":
-			p.m.drift.WithLabelValues("oom_score_adj").Add(float64(n))
-			p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+			p.m.drift.WithLabelValues(enforce.SettingScore).Add(float64(n))
+			p.log.Info("drift corrected", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
 		case n > 0 && phase == "start":
 			// The runtime ignored the adjustment (containerd < 1.7.26 / 2.0, CRI-O < 1.32).
-			p.log.Info("fixed after start", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "processes", n, "oom_score_adj", *g.score)
+			p.log.Info("fixed after start", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
 		}
+	}
+}
+
+// countKills counts the OOM kills memory.events reports since the last look
+// (cgroup v2 only).
+func (p *Plugin) countKills(g *guard, c *enforce.Container) {
+	ev, err := c.MemoryEvents()
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	kills := ev["oom_kill"] - min(g.oomKills, ev["oom_kill"])
+	g.oomKills = max(g.oomKills, ev["oom_kill"])
+	p.mu.Unlock()
+	if kills > 0 {
+		p.m.oomKills.Add(float64(kills))
+		p.log.Warn("OOM kill in guarded container", g.attrs("kills", kills)...)
 	}
 }
 
 func (p *Plugin) verifyGroup(g *guard, c *enforce.Container, phase string) error {
-	if ev, err := kernel.ReadMemoryEvents(p.root, p.mode, c.Cgroup()); err == nil {
-		p.mu.Lock()
-		kills := ev["oom_kill"] - min(g.oomKills, ev["oom_kill"])
-		g.oomKills = max(g.oomKills, ev["oom_kill"])
-		p.mu.Unlock()
-		if kills > 0 {
-			p.m.oomKills.Add(float64(kills))
-			p.log.Warn("OOM kill in guarded container", "pod", g.namespace+"/"+g.pod, "container", g.name, "kills", kills)
-		}
+	ch := p.enforceGroup(g, c, phase)
+	if ch.Err != nil || ch.What != enforce.Changed {
+		return ch.Err
 	}
-	changed, old, err := p.enforceGroup(g, c, phase)
-	if err != nil || !changed {
-		return err
-	}
-	p.m.drift.WithLabelValues("oom_group").Inc()
-	p.log.Info("drift corrected", "pod", g.namespace+"/"+g.pod, "container", g.name, "rule", g.rule, "oom_group", kernel.GroupValue(old)+"→"+kernel.GroupValue(*g.group))
+	p.m.drift.WithLabelValues(enforce.SettingGroup).Inc()
+	p.log.Info("drift corrected", g.attrs(enforce.SettingGroup, ch.String())...)
 	return nil
 }
 
-// enforceGroup writes the decided memory.oom.group when the cgroup holds
-// another value, and says whether it did and what was there.
-func (p *Plugin) enforceGroup(g *guard, c *enforce.Container, phase string) (changed, old bool, err error) {
-	if g.group == nil || p.mode != kernel.ModeV2 {
-		return false, false, nil
+// enforceGroup writes the planned memory.oom.group when the cgroup holds
+// another value.
+func (p *Plugin) enforceGroup(g *guard, c *enforce.Container, phase string) enforce.Change {
+	ch := c.Group(*g.plan.Group)
+	if ch.What == enforce.Changed {
+		p.m.adjustments.WithLabelValues(enforce.SettingGroup, phase).Inc()
 	}
-	old, changed, err = c.Group(*g.group)
-	if changed {
-		p.m.adjustments.WithLabelValues("oom_group", phase).Inc()
-	}
-	return changed, old, err
+	return ch
 }

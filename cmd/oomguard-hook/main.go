@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/oomguard/oomguard/internal/version"
 
@@ -72,7 +73,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "oomguard-hook: unexpected argument %q; run 'oomguard-hook help'\n", fs.Arg(0))
 		return 2
 	}
-	return hook.Run(o, stdin, stderr)
+	return runHook(o, stdin, stderr)
+}
+
+// runHook runs the hook until it is done or its deadline passes, whatever it
+// waits on: then the container is left as it is.
+func runHook(o hook.Options, stdin io.Reader, stderr io.Writer) int {
+	if o.Deadline <= 0 {
+		o.Deadline = hook.DefaultDeadline
+	}
+	h := hook.New(o)
+	done := make(chan int, 1)
+	go func() { done <- h.Run(stdin, stderr) }()
+	t := time.NewTimer(o.Deadline)
+	defer t.Stop()
+	select {
+	case code := <-done:
+		return code
+	case <-t.C:
+		fmt.Fprintf(stderr, "oomguard-hook: the %s deadline passed (something it reads did not answer); container left as it is\n", o.Deadline)
+		return h.FailCode()
+	}
 }
 
 func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {

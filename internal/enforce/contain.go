@@ -14,29 +14,51 @@ import (
 // ErrNotContained is a cgroup or a process that is not one container's own.
 var ErrNotContained = errors.New("not one container's cgroup")
 
-// Container is one container's own cgroup, as Contain checked it: every
+// Container is one container's own cgroup, as Locate checked it: every
 // write oomguard makes goes through it, to that cgroup and to the processes
 // in it, never to an ancestor or a sibling.
 type Container struct {
-	root    string
-	mode    kernel.Mode
-	cgroup  string // as /proc/PID/cgroup shows it in the host's cgroup namespace
-	nsDepth int    // how deep the reader's cgroup namespace is, for pids' paths
+	n      *Node
+	cgroup string // as /proc/PID/cgroup shows it in the host's cgroup namespace
+}
+
+// Locate finds a container's own cgroup: the one its runtime spec names
+// (cgroupsPath, in either driver's form), else the cgroup of its process
+// pid, which is only known when this cgroup namespace shows host paths.
+// The cgroup must be one container's own (see Contain).
+func (n *Node) Locate(cgroupsPath string, pid int) (*Container, error) {
+	var cg string
+	var err error
+	switch {
+	case cgroupsPath != "":
+		cg, err = kernel.ResolveCgroupsPath(cgroupsPath)
+	case pid <= 0:
+		return nil, errors.New("no cgroupsPath and no pid: cannot tell the container's cgroup")
+	case n.nsDepth == 0:
+		cg, err = kernel.ProcCgroup(n.root, n.mode, pid)
+	default:
+		return nil, fmt.Errorf("no cgroupsPath, and pid %d's cgroup is not shown as the host's in this cgroup namespace", pid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find the cgroup of the container: %w", err)
+	}
+	return n.Contain(cg)
 }
 
 // Contain checks that cg (a path as in /proc/PID/cgroup on the host) is one
 // container's own: below a kubelet pod's cgroup (kubepods…/pod<uid>/<container>),
-// or a child of one of parents (podman's, plain runc's). The root, kubepods,
-// a pod's cgroup and anything that is not a container's are refused.
-func Contain(root string, mode kernel.Mode, cg string, parents []string) (*Container, error) {
+// or a child of one of the node's containment parents (podman's, plain
+// runc's). The root, kubepods, a pod's cgroup and anything that is not a
+// container's are refused.
+func (n *Node) Contain(cg string) (*Container, error) {
 	if cg == "" || !path.IsAbs(cg) || path.Clean(cg) != cg {
 		return nil, fmt.Errorf("cgroup %q: %w: want an absolute, clean path", cg, ErrNotContained)
 	}
 	_, _, _, kube := policy.KubeContainer(cg)
-	if !kube && !slices.ContainsFunc(parents, func(p string) bool { return p != "/" && strings.HasPrefix(cg, p+"/") }) {
-		return nil, fmt.Errorf("cgroup %s: %w: it is neither below a pod's cgroup (kubepods…/pod<uid>) nor below containment.cgroup_parents %q", cg, ErrNotContained, parents)
+	if !kube && !slices.ContainsFunc(n.parents, func(p string) bool { return p != "/" && strings.HasPrefix(cg, p+"/") }) {
+		return nil, fmt.Errorf("cgroup %s: %w: it is neither below a pod's cgroup (kubepods…/pod<uid>) nor below containment.cgroup_parents %q", cg, ErrNotContained, n.parents)
 	}
-	return &Container{root: root, mode: mode, cgroup: cg, nsDepth: kernel.CgroupNSDepth(root, mode)}, nil
+	return &Container{n: n, cgroup: cg}, nil
 }
 
 // Cgroup is the container's cgroup.
@@ -45,11 +67,11 @@ func (c *Container) Cgroup() string { return c.cgroup }
 // open opens pid's /proc directory if the process is in the container's
 // cgroup or below it, so that what follows reaches that process only.
 func (c *Container) open(pid int) (*kernel.ProcDir, error) {
-	d, err := kernel.OpenProc(c.root, pid)
+	d, err := kernel.OpenProc(c.n.root, pid)
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	seen, err := d.Cgroup(c.mode)
+	seen, err := d.Cgroup(c.n.mode)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("read the cgroup of pid %d: %w", pid, err)
@@ -75,7 +97,8 @@ func (c *Container) Holds(pid int) error {
 // container's own path shares the ancestor the ".." climb to. A path inside
 // the reader's own namespace (no "..") is not any pod's: "".
 func (c *Container) hostPath(seen string) string {
-	if c.nsDepth == 0 {
+	depth := c.n.nsDepth
+	if depth == 0 {
 		return seen
 	}
 	parts := strings.Split(strings.TrimPrefix(seen, "/"), "/")
@@ -83,7 +106,7 @@ func (c *Container) hostPath(seen string) string {
 	for up < len(parts) && parts[up] == ".." {
 		up++
 	}
-	ancestor := c.nsDepth - up
+	ancestor := depth - up
 	own := strings.Split(strings.TrimPrefix(c.cgroup, "/"), "/")
 	if up == 0 || ancestor < 0 || ancestor > len(own) {
 		return ""
@@ -95,30 +118,41 @@ func within(cg, dir string) bool {
 	return cg == dir || strings.HasPrefix(cg, dir+"/")
 }
 
-// Score sets pid's oom_score_adj to want unless it has it, and returns the
-// value it found; pid must be in the container.
-func (c *Container) Score(pid, want int) (old int, changed bool, err error) {
+// Score sets pid's oom_score_adj to want unless it has it; pid must be in
+// the container.
+func (c *Container) Score(pid, want int) Change {
+	ch := Change{Setting: SettingScore, To: itoa(want)}
 	d, err := c.open(pid)
 	if err != nil {
-		return 0, false, err
+		ch.What, ch.Err = Failed, err
+		if errors.Is(err, ErrNotContained) {
+			ch.What = Refused
+		}
+		return ch
 	}
 	defer d.Close()
-	if old, err = d.OOMScoreAdj(); err != nil {
-		return 0, false, fmt.Errorf("read oom_score_adj of pid %d: %w", pid, err)
+	old, err := d.OOMScoreAdj()
+	if err != nil {
+		ch.What, ch.Err = Failed, fmt.Errorf("read oom_score_adj of pid %d: %w", pid, err)
+		return ch
 	}
+	ch.From = itoa(old)
 	if old == want {
-		return old, false, nil
+		ch.What = Unchanged
+		return ch
 	}
 	if err := d.SetOOMScoreAdj(want); err != nil {
-		return old, false, fmt.Errorf("set oom_score_adj of pid %d: %w", pid, err)
+		ch.What, ch.Err = Failed, fmt.Errorf("set oom_score_adj of pid %d: %w", pid, err)
+		return ch
 	}
-	return old, true, nil
+	ch.What = Changed
+	return ch
 }
 
 // Scores sets every process in the container's cgroup and below it to want,
 // and returns how many it changed. Processes that exit meanwhile are not errors.
 func (c *Container) Scores(want int) (changed int, errs []error) {
-	pids, err := kernel.CgroupPids(c.root, c.mode, c.cgroup)
+	pids, err := kernel.CgroupPids(c.n.root, c.n.mode, c.cgroup)
 	if err != nil {
 		if kernel.IsGone(err) {
 			return 0, nil
@@ -126,20 +160,46 @@ func (c *Container) Scores(want int) (changed int, errs []error) {
 		return 0, []error{err}
 	}
 	for _, pid := range pids {
-		_, ok, err := c.Score(pid, want)
-		if err != nil && !kernel.IsGone(err) {
-			errs = append(errs, err)
+		ch := c.Score(pid, want)
+		if ch.Err != nil && !kernel.IsGone(ch.Err) {
+			errs = append(errs, ch.Err)
 		}
-		if ok {
+		if ch.What == Changed {
 			changed++
 		}
 	}
 	return changed, errs
 }
 
-// Group sets the container cgroup's memory.oom.group to want unless it has
-// it, and returns the value it found. Hosts whose memory controller is on
-// cgroup v1 have no such file: the error wraps kernel.ErrUnsupported.
-func (c *Container) Group(want bool) (old, changed bool, err error) {
-	return group(c.root, c.mode, c.cgroup, want)
+// Group sets the container cgroup's memory.oom.group to want unless it has it.
+func (c *Container) Group(want bool) Change {
+	ch := Change{Setting: SettingGroup, To: kernel.GroupValue(want)}
+	old, err := kernel.ReadOOMGroup(c.n.root, c.n.mode, c.cgroup)
+	if err != nil {
+		ch.What, ch.Err = Failed, fmt.Errorf("read memory.oom.group of %s: %w", c.cgroup, err)
+		if errors.Is(err, kernel.ErrUnsupported) {
+			ch.What, ch.Why = Unsupported, unsupported(c.n.mode)
+		}
+		return ch
+	}
+	ch.From = kernel.GroupValue(old)
+	if old == want {
+		ch.What = Unchanged
+		return ch
+	}
+	if err := kernel.WriteOOMGroup(c.n.root, c.n.mode, c.cgroup, want); err != nil {
+		ch.What, ch.Err = Failed, fmt.Errorf("set memory.oom.group of %s: %w", c.cgroup, err)
+		return ch
+	}
+	ch.What = Changed
+	return ch
 }
+
+// MemoryEvents are the counters of the container cgroup's memory.events
+// (oom, oom_kill, oom_group_kill, …) on cgroup v2.
+func (c *Container) MemoryEvents() (map[string]uint64, error) {
+	return kernel.MemoryEvents(c.n.root, c.n.mode, c.cgroup)
+}
+
+// IsGone reports whether err means the container or process no longer exists.
+func IsGone(err error) bool { return kernel.IsGone(err) }

@@ -99,6 +99,14 @@ type Linux struct {
 	Resources   *Resources `json:"resources,omitempty"`
 }
 
+// CgroupsPath is the spec's linux.cgroupsPath, "" when it has none.
+func (s *Spec) CgroupsPath() string {
+	if s.Linux == nil {
+		return ""
+	}
+	return s.Linux.CgroupsPath
+}
+
 // Resources is the part of the spec's linux resources the policy reads.
 type Resources struct {
 	Unified map[string]string `json:"unified,omitempty"`

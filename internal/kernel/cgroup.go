@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,7 +43,8 @@ var ErrUnsupported = errors.New("not supported on this cgroup layout")
 const CgroupMount = "sys/fs/cgroup"
 
 // DetectMode tells v1, v2 and hybrid hosts apart by the files the kernel
-// puts at the top of each hierarchy.
+// puts at the top of each hierarchy. (opencontainers/cgroups asks statfs of
+// /sys/fs/cgroup itself, once per process; oomguard must read a tree too.)
 func DetectMode(root string) Mode {
 	base := filepath.Join(root, CgroupMount)
 	if exists(filepath.Join(base, "cgroup.controllers")) {
@@ -56,6 +57,11 @@ func DetectMode(root string) Mode {
 		return ModeV1
 	}
 	return ModeUnknown
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // MemoryCgroupDir is the directory of cgroup path cg (as in /proc/PID/cgroup)
@@ -71,58 +77,54 @@ func MemoryCgroupDir(root string, mode Mode, cg string) string {
 // ProcCgroup returns the cgroup path of pid in the hierarchy that holds the
 // memory controller: the "0::" line on v2, the "memory" line on v1 and hybrid.
 func ProcCgroup(root string, mode Mode, pid int) (string, error) {
-	p := procPath(root, pid, "cgroup")
-	b, err := readFile(p, maxSmall)
+	p := filepath.Join(root, "proc", strconv.Itoa(pid), "cgroup")
+	b, err := ReadFile(p, MaxSmall)
 	if err != nil {
 		return "", err
 	}
-	cg, err := cgroupLine(string(b), mode)
+	cg, err := CgroupPath(b, mode)
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", p, err)
+		return "", &ParseError{Path: p, Err: err}
 	}
 	return cg, nil
 }
 
-// cgroupLineBytes is cgroupLine on the file's bytes, allocating only the path.
-func cgroupLineBytes(b []byte, mode Mode) (string, error) {
-	if mode == ModeV2 {
-		for len(b) > 0 {
-			line := b
-			if i := bytes.IndexByte(b, '\n'); i >= 0 {
-				line, b = b[:i], b[i+1:]
-			} else {
-				b = nil
-			}
-			if bytes.HasPrefix(line, []byte("0::")) {
-				return string(line[3:]), nil
-			}
+// CgroupPath finds the path in the text of /proc/PID/cgroup
+// ("hierarchy-ID:controller-list:cgroup-path" a line, the path itself may
+// hold ':'): the "0::" line on v2, the memory controller's line on v1 and
+// hybrid. It allocates only the path.
+func CgroupPath(b []byte, mode Mode) (string, error) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
 		}
-		return "", errors.New("no unified (0::) entry")
-	}
-	return cgroupLine(string(b), mode)
-}
-
-// cgroupLine finds the path in the text of /proc/PID/cgroup: the "0::"
-// line on v2, the memory controller's line on v1 and hybrid.
-func cgroupLine(text string, mode Mode) (string, error) {
-	for _, line := range strings.Split(text, "\n") {
-		// hierarchy-ID:controller-list:cgroup-path; the path may itself hold ':'.
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
+		id, rest, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
 			continue
 		}
-		if mode == ModeV2 && parts[0] == "0" && parts[1] == "" {
-			return parts[2], nil
+		controllers, cg, ok := bytes.Cut(rest, []byte(":"))
+		if !ok {
+			continue
 		}
-		if mode != ModeV2 && slices.Contains(strings.Split(parts[1], ","), "memory") {
-			return parts[2], nil
+		if mode == ModeV2 {
+			if string(id) == "0" && len(controllers) == 0 {
+				return string(cg), nil
+			}
+			continue
+		}
+		for c := range bytes.SplitSeq(controllers, []byte(",")) {
+			if string(c) == "memory" {
+				return string(cg), nil
+			}
 		}
 	}
-	want := "memory controller"
 	if mode == ModeV2 {
-		want = "unified (0::)"
+		return "", errors.New("no unified (0::) entry")
 	}
-	return "", fmt.Errorf("no %s entry", want)
+	return "", errors.New("no memory controller entry")
 }
 
 // ResolveCgroupsPath turns an OCI linux.cgroupsPath into a cgroup path as in
@@ -160,7 +162,9 @@ func ResolveCgroupsPath(cgroupsPath string) (string, error) {
 }
 
 // ExpandSlice maps a systemd slice name to its cgroup path, as systemd does:
-// "a-b-c.slice" lives at "/a.slice/a-b.slice/a-b-c.slice".
+// "a-b-c.slice" lives at "/a.slice/a-b.slice/a-b-c.slice". It is
+// opencontainers/cgroups' systemd.ExpandSlice (a test holds them equal),
+// written here because that package links D-Bus and eBPF into the hook.
 func ExpandSlice(slice string) (string, error) {
 	name, ok := strings.CutSuffix(slice, ".slice")
 	if !ok || strings.Contains(slice, "/") {
@@ -169,50 +173,16 @@ func ExpandSlice(slice string) (string, error) {
 	if name == "-" {
 		return "/", nil
 	}
-	if name == "" || strings.HasPrefix(name, "-") || strings.HasSuffix(name, "-") || strings.Contains(name, "--") {
-		return "", fmt.Errorf("invalid slice name %q", slice)
-	}
 	var b strings.Builder
 	prefix := ""
-	for i, comp := range strings.Split(name, "-") {
-		if i > 0 {
-			prefix += "-"
+	for comp := range strings.SplitSeq(name, "-") {
+		if comp == "" {
+			return "", fmt.Errorf("invalid slice name %q", slice)
 		}
-		prefix += comp
-		b.WriteString("/" + prefix + ".slice")
+		b.WriteString("/" + prefix + comp + ".slice")
+		prefix += comp + "-"
 	}
 	return b.String(), nil
-}
-
-// ReadOOMGroup returns the memory.oom.group flag of cgroup cg.
-func ReadOOMGroup(root string, mode Mode, cg string) (bool, error) {
-	if mode != ModeV2 {
-		return false, fmt.Errorf("memory.oom.group on cgroup %s host: %w", mode, ErrUnsupported)
-	}
-	v, err := readIntFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.oom.group"))
-	if err != nil {
-		return false, err
-	}
-	return v != 0, nil
-}
-
-// WriteOOMGroup sets memory.oom.group of cgroup cg.
-func WriteOOMGroup(root string, mode Mode, cg string, on bool) error {
-	if mode != ModeV2 {
-		return fmt.Errorf("memory.oom.group on cgroup %s host: %w", mode, ErrUnsupported)
-	}
-	p := filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.oom.group")
-	v := GroupValue(on) + "\n"
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", p, err)
-	}
-	_, werr := f.WriteString(v)
-	cerr := f.Close()
-	if werr != nil {
-		return fmt.Errorf("write %s: %w", p, werr)
-	}
-	return cerr
 }
 
 // GroupValue is how memory.oom.group (and a unified resource) writes b: "0" or "1".
@@ -221,6 +191,32 @@ func GroupValue(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+func groupFile(root string, mode Mode, cg string) (string, error) {
+	if mode != ModeV2 {
+		return "", fmt.Errorf("memory.oom.group on cgroup %s host: %w", mode, ErrUnsupported)
+	}
+	return filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.oom.group"), nil
+}
+
+// ReadOOMGroup returns the memory.oom.group flag of cgroup cg.
+func ReadOOMGroup(root string, mode Mode, cg string) (bool, error) {
+	p, err := groupFile(root, mode, cg)
+	if err != nil {
+		return false, err
+	}
+	v, err := ReadInt(p)
+	return v != 0, err
+}
+
+// WriteOOMGroup sets memory.oom.group of cgroup cg.
+func WriteOOMGroup(root string, mode Mode, cg string, on bool) error {
+	p, err := groupFile(root, mode, cg)
+	if err != nil {
+		return err
+	}
+	return WriteFile(p, []byte(GroupValue(on)+"\n"))
 }
 
 // EffectiveOOMGroup reports whether an OOM kill in cgroup cg takes the whole
@@ -249,29 +245,35 @@ func EffectiveOOMGroup(root string, mode Mode, cg string) (on bool, by string, e
 	return on, by, nil
 }
 
-// CgroupPids lists the processes in cgroup cg and every cgroup below it.
+// readProcs reads a cgroup's cgroup.procs; tests put a removed cgroup in.
+var readProcs = func(dir string) ([]byte, error) { return ReadFile(filepath.Join(dir, "cgroup.procs"), MaxTable) }
+
+// CgroupPids lists the processes in cgroup cg and every cgroup below it. A
+// descendant removed while it walks (ENOENT, or ENODEV from a cgroup being
+// removed) is gone, as opencontainers/cgroups' GetAllPids has it, not an
+// error of the whole walk.
 func CgroupPids(root string, mode Mode, cg string) ([]int, error) {
 	dir := MemoryCgroupDir(root, mode, cg)
 	var pids []int
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if p != dir && errors.Is(err, os.ErrNotExist) {
-				return nil // a child cgroup removed while walking
+			if p != dir && removed(err) {
+				return nil
 			}
 			return err
 		}
 		if !d.IsDir() {
 			return nil
 		}
-		b, err := readFile(filepath.Join(p, "cgroup.procs"), maxTable)
+		b, err := readProcs(p)
 		if err != nil {
-			if p != dir && errors.Is(err, os.ErrNotExist) {
+			if p != dir && removed(err) {
 				return nil
 			}
 			return err
 		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
+		for f := range bytes.FieldsSeq(b) {
+			if pid, ok := ParseInt(f); ok && pid > 0 {
 				pids = append(pids, pid)
 			}
 		}
@@ -283,30 +285,93 @@ func CgroupPids(root string, mode Mode, cg string) ([]int, error) {
 	return pids, nil
 }
 
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
+func removed(err error) bool { return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) }
 
-// ReadMemoryEvents returns the counters of memory.events of cgroup cg
-// (oom, oom_kill, oom_group_kill, …) on cgroup v2.
-func ReadMemoryEvents(root string, mode Mode, cg string) (map[string]uint64, error) {
+// MemoryEvents returns the counters of memory.events of cgroup cg (oom,
+// oom_kill, oom_group_kill, …) on cgroup v2.
+func MemoryEvents(root string, mode Mode, cg string) (map[string]uint64, error) {
 	if mode != ModeV2 {
 		return nil, fmt.Errorf("memory.events on cgroup %s host: %w", mode, ErrUnsupported)
 	}
-	b, err := readFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.events"), maxSmall)
+	b, err := ReadFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.events"), MaxSmall)
 	if err != nil {
 		return nil, err
 	}
-	ev := map[string]uint64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
+	return KeyValues(b), nil
+}
+
+// MemoryLimit is cgroup cg's own memory limit in bytes; false when it has none.
+func MemoryLimit(root string, mode Mode, cg string) (int64, bool) {
+	name := "memory.max"
+	if mode != ModeV2 {
+		name = "memory.limit_in_bytes"
+	}
+	b, err := ReadFile(filepath.Join(MemoryCgroupDir(root, mode, cg), name), MaxSmall)
+	if err != nil {
+		return 0, false
+	}
+	v, ok := parseMemory(b)
+	return v, ok && v < maxMemory
+}
+
+// maxMemory is "no limit": v1 writes PAGE_COUNTER_MAX in bytes, near 2^63.
+const maxMemory = 1 << 62
+
+// MemoryHeadroom is how much more the cgroup cg may take before a limit of
+// its own or of an ancestor stops it, and which cgroup's limit that is;
+// limited is false when none has one.
+func MemoryHeadroom(root string, mode Mode, cg string) (headroom int64, by string, limited bool, err error) {
+	curName := "memory.current"
+	if mode != ModeV2 {
+		curName = "memory.usage_in_bytes"
+	}
+	headroom = 1<<63 - 1
+	for dir := path.Clean("/" + cg); ; dir = path.Dir(dir) {
+		if l, ok := MemoryLimit(root, mode, dir); ok {
+			p := filepath.Join(MemoryCgroupDir(root, mode, dir), curName)
+			cur, err := ReadFile(p, MaxSmall)
+			if err != nil {
+				return 0, "", false, err
+			}
+			u, ok := parseMemory(cur)
+			if !ok {
+				return 0, "", false, &ParseError{Path: p, Err: fmt.Errorf("%q is not a byte count", bytes.TrimSpace(cur))}
+			}
+			if h := max(0, l-u); h < headroom {
+				headroom, by, limited = h, dir, true
+			}
 		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			ev[k] = n
+		if dir == "/" {
+			return headroom, by, limited, nil
 		}
 	}
-	return ev, nil
+}
+
+// parseMemory reads a cgroup memory value; "max" is unlimited.
+func parseMemory(b []byte) (int64, bool) {
+	b = bytes.TrimSpace(b)
+	if string(b) == "max" {
+		return 1<<63 - 1, true
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	return v, err == nil && v >= 0
+}
+
+// CgroupNSDepth is how deep the reader's cgroup namespace is below the
+// hierarchy's root, as pid 1 (in the root cgroup or init.scope) shows it:
+// "/../../init.scope" from two levels down. 0 in the host's namespace, or
+// when pid 1 cannot be read.
+func CgroupNSDepth(root string, mode Mode) int {
+	cg, err := ProcCgroup(root, mode, 1)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for c := range strings.SplitSeq(strings.TrimPrefix(cg, "/"), "/") {
+		if c != ".." {
+			break
+		}
+		n++
+	}
+	return n
 }

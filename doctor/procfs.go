@@ -1,0 +1,310 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/oomguard/oomguard/internal/kernel"
+)
+
+// What only the doctor reads of /proc and /sys, through the kernel
+// package's bounded, non-blocking reads, and the OOM killer's arithmetic.
+
+// cmdlineParams parses /proc/cmdline into its parameters, in order; a
+// parameter may repeat (console= often does).
+func cmdlineParams(root string) ([][2]string, error) {
+	b, err := kernel.ReadFile(filepath.Join(root, "proc", "cmdline"), kernel.MaxSmall)
+	if err != nil {
+		return nil, err
+	}
+	return parseCmdlineParams(b)
+}
+
+func parseCmdlineParams(b []byte) ([][2]string, error) {
+	var out [][2]string
+	for _, f := range strings.Fields(string(b)) {
+		k, v, _ := strings.Cut(f, "=")
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
+// console is one line of /proc/consoles.
+type console struct {
+	Name    string // ttyS0, tty0, hvc0
+	Enabled bool   // E flag
+	Flags   string
+}
+
+// readConsoles reads /proc/consoles.
+func readConsoles(root string) ([]console, error) {
+	b, err := kernel.ReadFile(filepath.Join(root, "proc", "consoles"), kernel.MaxSmall)
+	if err != nil {
+		return nil, err
+	}
+	return parseConsoles(b)
+}
+
+func parseConsoles(b []byte) ([]console, error) {
+	var out []console
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		c := console{Name: fields[0]}
+		if i, j := strings.IndexByte(line, '('), strings.IndexByte(line, ')'); i >= 0 && j > i {
+			c.Flags = line[i+1 : j]
+			c.Enabled = strings.Contains(c.Flags, "E")
+		}
+		out = append(out, c)
+	}
+	return out, sc.Err()
+}
+
+// cpuTimes is one cpu line of /proc/stat, in clock ticks.
+type cpuTimes struct {
+	CPU                                                   int // -1 for the aggregate line
+	User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal uint64
+}
+
+// Total is the sum of every field.
+func (c cpuTimes) Total() uint64 {
+	return c.User + c.Nice + c.System + c.Idle + c.IOWait + c.IRQ + c.SoftIRQ + c.Steal
+}
+
+// readCPUTimes parses a /proc/stat-format file under root (proc/stat normally).
+func readCPUTimes(root, file string) ([]cpuTimes, error) {
+	b, err := kernel.ReadFile(filepath.Join(root, file), kernel.MaxTable)
+	if err != nil {
+		return nil, err
+	}
+	return parseCPUTimes(b)
+}
+
+func parseCPUTimes(b []byte) ([]cpuTimes, error) {
+	var out []cpuTimes
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 9 || !strings.HasPrefix(fields[0], "cpu") {
+			continue
+		}
+		c := cpuTimes{CPU: -1}
+		if fields[0] != "cpu" {
+			n, err := strconv.Atoi(fields[0][3:])
+			if err != nil || n < 0 || n >= maxCPUs {
+				continue
+			}
+			c.CPU = n
+		}
+		v := make([]uint64, 8)
+		for i := range v {
+			v[i], _ = strconv.ParseUint(fields[i+1], 10, 64)
+		}
+		c.User, c.Nice, c.System, c.Idle, c.IOWait, c.IRQ, c.SoftIRQ, c.Steal = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
+		out = append(out, c)
+	}
+	return out, sc.Err()
+}
+
+// interrupt is one numbered line of /proc/interrupts.
+type interrupt struct {
+	IRQ    int
+	Counts []uint64 // per CPU
+	Name   string   // the last field: the device, e.g. "ena-Tx-Rx-3"
+	Chip   string   // the rest, e.g. "PCI-MSI 2097153-edge"
+}
+
+// readInterrupts reads /proc/interrupts.
+func readInterrupts(root string) ([]interrupt, error) {
+	b, err := kernel.ReadFile(filepath.Join(root, "proc", "interrupts"), kernel.MaxTable)
+	if err != nil {
+		return nil, err
+	}
+	return parseInterrupts(b)
+}
+
+func parseInterrupts(b []byte) ([]interrupt, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	ncpu := 0
+	var out []interrupt
+	for sc.Scan() {
+		line := sc.Text()
+		if ncpu == 0 {
+			ncpu = min(len(strings.Fields(line)), maxCPUs)
+			continue
+		}
+		label, rest, ok := strings.Cut(line, ":")
+		irq, err := strconv.Atoi(strings.TrimSpace(label))
+		if !ok || err != nil {
+			continue
+		}
+		fields := strings.Fields(rest)
+		in := interrupt{IRQ: irq}
+		i := 0
+		for ; i < len(fields) && i < ncpu; i++ {
+			n, err := strconv.ParseUint(fields[i], 10, 64)
+			if err != nil {
+				break
+			}
+			in.Counts = append(in.Counts, n)
+		}
+		if i < len(fields) {
+			in.Name = fields[len(fields)-1]
+			in.Chip = strings.Join(fields[i:len(fields)-1], " ")
+		}
+		out = append(out, in)
+	}
+	return out, sc.Err()
+}
+
+// irqAffinity returns the CPUs an interrupt is delivered to:
+// effective_affinity_list when the kernel has it, else smp_affinity_list.
+// CPUs are below ncpu, the CPUs the node has.
+func irqAffinity(root string, irq, ncpu int) ([]int, error) {
+	dir := filepath.Join(root, "proc", "irq", strconv.Itoa(irq))
+	b, err := kernel.ReadFile(filepath.Join(dir, "effective_affinity_list"), kernel.MaxSmall)
+	if err != nil || strings.TrimSpace(string(b)) == "" {
+		if b, err = kernel.ReadFile(filepath.Join(dir, "smp_affinity_list"), kernel.MaxSmall); err != nil {
+			return nil, err
+		}
+	}
+	return parseCPUList(strings.TrimSpace(string(b)), ncpu)
+}
+
+// maxCPUs is the most CPUs a Linux kernel supports (NR_CPUS at most).
+const maxCPUs = 8192
+
+// parseCPUList parses "0-3,8,10-11", each CPU below ncpu (maxCPUs when ncpu
+// is 0), so that no list can ask for more than the CPUs there are.
+func parseCPUList(s string, ncpu int) ([]int, error) {
+	if ncpu <= 0 || ncpu > maxCPUs {
+		ncpu = maxCPUs
+	}
+	var out []int
+	if s == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, &kernel.ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("bad CPU %q", lo)}
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, &kernel.ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("bad range %q", part)}
+			}
+		}
+		if b >= ncpu {
+			return nil, &kernel.ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("CPU %d, but the node has %d", b, ncpu)}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+		if len(out) > ncpu {
+			return nil, &kernel.ParseError{Path: "cpu list " + strconv.Quote(s), Err: fmt.Errorf("more than the node's %d CPUs", ncpu)}
+		}
+	}
+	return out, nil
+}
+
+// dyingMemcgs counts memory cgroups that were removed but are still held by
+// the kernel: nr_dying_descendants of the root cgroup.stat on v2; on v1,
+// /proc/cgroups' count for memory less the cgroups still in the tree.
+func dyingMemcgs(root string, mode kernel.Mode) (int, error) {
+	if mode == kernel.ModeV2 {
+		b, err := kernel.ReadFile(filepath.Join(root, kernel.CgroupMount, "cgroup.stat"), kernel.MaxSmall)
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == "nr_dying_descendants" {
+				return strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		return 0, fmt.Errorf("no nr_dying_descendants in cgroup.stat")
+	}
+	b, err := kernel.ReadFile(filepath.Join(root, "proc", "cgroups"), kernel.MaxSmall)
+	if err != nil {
+		return 0, err
+	}
+	total := -1
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "memory" {
+			total, _ = strconv.Atoi(f[2])
+		}
+	}
+	if total < 0 {
+		return 0, fmt.Errorf("no memory controller in /proc/cgroups")
+	}
+	live := 0
+	err = filepath.WalkDir(filepath.Join(root, kernel.CgroupMount, "memory"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			live++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return max(total-live, 0), nil
+}
+
+// meminfo is what the OOM arithmetic needs from /proc/meminfo, in kB.
+type meminfo struct {
+	TotalKB, SwapKB, AvailableKB int64
+}
+
+// TotalPages is the kernel's totalpages for a global OOM: RAM and swap.
+func (m meminfo) TotalPages() int64 { return (m.TotalKB + m.SwapKB) / pageKB }
+
+// pageKB is the page size in kB.
+var pageKB = int64(os.Getpagesize() / 1024)
+
+// readMeminfo reads /proc/meminfo.
+func readMeminfo(root string) (meminfo, error) {
+	var m meminfo
+	b, err := kernel.ReadFile(filepath.Join(root, "proc", "meminfo"), kernel.MaxSmall)
+	if err != nil {
+		return m, err
+	}
+	m.TotalKB = kernel.StatusKB(b, "MemTotal:")
+	m.SwapKB = kernel.StatusKB(b, "SwapTotal:")
+	m.AvailableKB = kernel.StatusKB(b, "MemAvailable:")
+	if m.TotalKB <= 0 {
+		return m, fmt.Errorf("%s has no MemTotal", filepath.Join(root, "proc", "meminfo"))
+	}
+	return m, nil
+}
+
+// badness is the kernel's oom_badness (mm/oom_kill.c) in pages: what a
+// process holds (resident, swapped, page tables) plus its oom_score_adj in
+// thousandths of totalpages. The kernel kills the highest first.
+func badness(memKB int64, adj int, totalPages int64) int64 {
+	if adj == kernel.OOMScoreAdjMin {
+		return math.MinInt64
+	}
+	return memKB/pageKB + int64(adj)*(totalPages/1000)
+}
+
+// oomScore is /proc/PID/oom_score for a badness (fs/proc/base.c): scaled
+// into 0..2000, then by 2/3.
+func oomScore(badness, totalPages int64) int {
+	if badness == math.MinInt64 || totalPages <= 0 {
+		return 0
+	}
+	return int(max(0, (1000+badness*1000/totalPages)*2/3))
+}

@@ -20,9 +20,9 @@ import (
 	"github.com/oomguard/oomguard/internal/version"
 
 	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/internal/remediate"
 	"github.com/oomguard/oomguard/doctor"
 	"github.com/oomguard/oomguard/internal/atomicfile"
+	"github.com/oomguard/oomguard/internal/remediate"
 )
 
 func main() {

@@ -12,6 +12,8 @@ import (
 	"sort"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/oomguard/oomguard/internal/changes"
 )
 
 // DefaultHooksDir is where CRI-O and podman read hook definitions unless
@@ -210,10 +212,12 @@ func HookDocument(o HookOptions) ([]byte, error) {
 // Hook writes the hooks.d file into every directory the node's runtimes
 // read (or o.Dir), and records what it wrote; a second run changes nothing.
 func Hook(o HookOptions, out io.Writer) error {
-	w := &files{root: o.Root, dryRun: o.DryRun, out: out, manifestPath: HookManifest}
-	w.readManifest()
+	w, err := changes.Open(o.Root, HookManifest, o.DryRun, out)
+	if err != nil {
+		return err
+	}
 	if o.Copy {
-		if err := w.copyHook(&o); err != nil {
+		if err := copyHook(w, &o); err != nil {
 			return err
 		}
 	}
@@ -229,16 +233,16 @@ func Hook(o HookOptions, out io.Writer) error {
 	}
 	for _, d := range dirs {
 		fmt.Fprintf(out, "%s: %s\n", d.Dir, d.Why)
-		if err := w.writeFile(filepath.Join(d.Dir, HookFileName), doc, 0o644); err != nil {
+		if err := w.WriteFile(filepath.Join(d.Dir, HookFileName), doc, 0o644); err != nil {
 			return err
 		}
 	}
-	return w.saveManifest()
+	return w.Save()
 }
 
 // copyHook writes this binary and this filesystem's configuration to the
 // node, as files uninstall removes.
-func (w *files) copyHook(o *HookOptions) error {
+func copyHook(w *changes.Set, o *HookOptions) error {
 	if filepath.Clean(o.Root) == "/" {
 		return &OptionError{"--copy needs --root: the node's filesystem as this container sees it"}
 	}
@@ -257,7 +261,7 @@ func (w *files) copyHook(o *HookOptions) error {
 		if err != nil {
 			return fmt.Errorf("read %s to copy to the node: %w", c.from, err)
 		}
-		if err := w.writeFile(c.to, b, c.mode); err != nil {
+		if err := w.WriteFile(c.to, b, c.mode); err != nil {
 			return err
 		}
 	}
@@ -266,6 +270,6 @@ func (w *files) copyHook(o *HookOptions) error {
 
 // UninstallHook removes the hooks.d files Hook wrote.
 func UninstallHook(root string, dryRun bool, out io.Writer) error {
-	w := &files{root: root, dryRun: dryRun, out: out, manifestPath: HookManifest}
-	return w.uninstall()
+	_, err := undo(root, HookManifest, dryRun, out)
+	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/changes"
 )
 
 // Paths on the node; install writes them below its root.
@@ -52,9 +53,12 @@ type NRIOptions struct {
 // NRI puts the plugin where the runtime launches it, with its configuration,
 // and enables NRI with drop-in files.
 func NRI(o NRIOptions, out io.Writer) error {
-	w := &files{root: o.Root, dryRun: o.DryRun, out: out, manifestPath: NRIManifest}
+	w, err := changes.Open(o.Root, NRIManifest, o.DryRun, out)
+	if err != nil {
+		return err
+	}
 	cfg := config.Default()
-	if c, err := config.Load(w.host(o.ConfigPath)); err == nil {
+	if c, err := config.Load(w.Host(o.ConfigPath)); err == nil {
 		cfg = c
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: fix the configuration first", err)
@@ -67,8 +71,8 @@ func NRI(o NRIOptions, out io.Writer) error {
 	var useContainerd, useCRIO bool
 	switch o.Runtime {
 	case "auto", "":
-		useContainerd = exists(w.host("/etc/containerd"))
-		useCRIO = exists(w.host("/etc/crio"))
+		useContainerd = exists(w.Host("/etc/containerd"))
+		useCRIO = exists(w.Host("/etc/crio"))
 		if !useContainerd && !useCRIO {
 			if err := generatedConfig(w, cfg); err != nil {
 				return err
@@ -84,27 +88,25 @@ func NRI(o NRIOptions, out io.Writer) error {
 	default:
 		return fmt.Errorf("--runtime %q: want auto, containerd, crio or both", o.Runtime)
 	}
-	w.readManifest()
-
 	if !o.NRIOnly {
-		if err := w.plugin(cfg, o.Binary, o.ConfigPath); err != nil {
+		if err := plugin(w, cfg, o.Binary, o.ConfigPath); err != nil {
 			return err
 		}
 	}
 	if useContainerd {
-		if err := w.containerd(cfg, o.ContainerdConfigVersion); err != nil {
+		if err := containerd(w, cfg, o.ContainerdConfigVersion); err != nil {
 			return err
 		}
 	}
 	if useCRIO {
-		if err := w.writeFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644); err != nil {
+		if err := w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644); err != nil {
 			return err
 		}
 	}
-	if err := w.saveManifest(); err != nil {
+	if err := w.Save(); err != nil {
 		return err
 	}
-	return w.apply(units(useContainerd, useCRIO), o.Restart)
+	return apply(w, o.Root, units(useContainerd, useCRIO), o.Restart)
 }
 
 // units are the systemd units of the runtimes named.
@@ -122,33 +124,47 @@ func units(containerd, crio bool) []string {
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the
 // runtimes when asked and something changed.
 func UninstallNRI(root string, dryRun, restart bool, out io.Writer) error {
-	w := &files{root: root, dryRun: dryRun, out: out, manifestPath: NRIManifest}
-	if err := w.uninstall(); err != nil {
+	w, err := undo(root, NRIManifest, dryRun, out)
+	if err != nil {
 		return err
 	}
-	return w.apply(units(exists(w.host("/etc/containerd")), exists(w.host("/etc/crio"))), restart)
+	return apply(w, root, units(exists(w.Host("/etc/containerd")), exists(w.Host("/etc/crio"))), restart)
+}
+
+// undo undoes what the record at record lists.
+func undo(root, record string, dryRun bool, out io.Writer) (*changes.Set, error) {
+	w, err := changes.Open(root, record, dryRun, out)
+	if err != nil {
+		return nil, err
+	}
+	if !w.Found() {
+		fmt.Fprintln(out, "nothing to uninstall: "+record+" does not exist")
+		return w, nil
+	}
+	return w, w.Undo()
 }
 
 // apply makes the runtimes read what changed: nothing when nothing did; a
 // restart through systemd when allowed; else what to run.
-func (w *files) apply(units []string, restart bool) error {
+func apply(w *changes.Set, root string, units []string, restart bool) error {
+	out := w.Out()
 	switch {
-	case !w.changed:
-		fmt.Fprintln(w.out, "the runtime's configuration is unchanged: no restart needed")
+	case !w.Changed():
+		fmt.Fprintln(out, "the runtime's configuration is unchanged: no restart needed")
 		return nil
-	case w.dryRun:
-		fmt.Fprintf(w.out, "would: restart %s to apply\n", strings.Join(units, " "))
+	case w.DryRun():
+		fmt.Fprintf(out, "would: restart %s to apply\n", strings.Join(units, " "))
 		return nil
 	case !restart:
-		fmt.Fprintf(w.out, "restart the runtime to apply: systemctl restart %s\n", strings.Join(units, " "))
+		fmt.Fprintf(out, "restart the runtime to apply: systemctl restart %s\n", strings.Join(units, " "))
 		return nil
 	}
 	for _, u := range units {
-		job, err := RestartUnit(w.root, u)
+		job, err := RestartUnit(root, u)
 		if err != nil {
 			return fmt.Errorf("the configuration changed but %s was not restarted: %w", u, err)
 		}
-		fmt.Fprintf(w.out, "restarted %s (systemd job %s)\n", u, job)
+		fmt.Fprintf(out, "restarted %s (systemd job %s)\n", u, job)
 	}
 	return nil
 }
@@ -159,9 +175,9 @@ var generatedContainerd = []string{"/var/lib/rancher/k3s/agent/etc/containerd", 
 
 // generatedConfig refuses a node whose containerd configuration its
 // distribution regenerates, saying what to add where.
-func generatedConfig(w *files, cfg *config.Config) error {
+func generatedConfig(w *changes.Set, cfg *config.Config) error {
 	for _, d := range generatedContainerd {
-		if !exists(w.host(d + "/config.toml")) {
+		if !exists(w.Host(d + "/config.toml")) {
 			continue
 		}
 		return fmt.Errorf("%s/config.toml is generated at every start of k3s or RKE2, so a drop-in would not last: "+
@@ -172,7 +188,7 @@ func generatedConfig(w *files, cfg *config.Config) error {
 }
 
 // plugin puts the binary where the runtime launches plugins, with its config.
-func (w *files) plugin(cfg *config.Config, binary, cfgPath string) error {
+func plugin(w *changes.Set, cfg *config.Config, binary, cfgPath string) error {
 	if binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -184,12 +200,12 @@ func (w *files) plugin(cfg *config.Config, binary, cfgPath string) error {
 	if err != nil {
 		return fmt.Errorf("read the plugin binary: %w", err)
 	}
-	if err := w.writeFile(path.Join(PluginDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName), bin, 0o755); err != nil {
+	if err := w.WriteFile(path.Join(PluginDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName), bin, 0o755); err != nil {
 		return err
 	}
 	// The runtime passes this file to the plugin at Configure: a link keeps
 	// one configuration for the plugin, the hook and the doctor.
-	return w.symlink(path.Join(PluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath)
+	return w.Symlink(path.Join(PluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath)
 }
 
 func containerdDropInText(cfg *config.Config, version int) string {
@@ -255,8 +271,8 @@ var (
 
 // containerd writes the NRI drop-in and makes the main config import it:
 // the main file is only touched when it has no imports at all, after a backup.
-func (w *files) containerd(cfg *config.Config, wantVersion int) error {
-	mainPath := w.host(ContainerdConfig)
+func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
+	mainPath := w.Host(ContainerdConfig)
 	main, err := os.ReadFile(mainPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", ContainerdConfig, err)
@@ -285,13 +301,13 @@ func (w *files) containerd(cfg *config.Config, wantVersion int) error {
 			return fmt.Errorf("%s has imports %q, none a directory glob a drop-in can join: add %q to its imports list and run install again",
 				ContainerdConfig, parsed.Imports, containerdImports)
 		}
-		if err := w.writeFile(dropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
+		if err := w.WriteFile(dropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(w.out, "unchanged %s (imports %s)\n", ContainerdConfig, imp)
+		fmt.Fprintf(w.Out(), "unchanged %s (imports %s)\n", ContainerdConfig, imp)
 		return nil
 	}
-	if err := w.writeFile(ContainerdDropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
+	if err := w.WriteFile(ContainerdDropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
 		return err
 	}
 	line := fmt.Sprintf("imports = [%q]\n", containerdImports)
@@ -306,23 +322,5 @@ func (w *files) containerd(cfg *config.Config, wantVersion int) error {
 	default:
 		updated = append([]byte(line), main...)
 	}
-	if main != nil {
-		backup := ContainerdConfig + ContainerdBackupEx
-		if _, done := w.man.Backups[ContainerdConfig]; !done {
-			if err := w.writeRaw(backup, main, 0o644, "backed up "+ContainerdConfig+" to"); err != nil {
-				return err
-			}
-			if w.man.Backups == nil {
-				w.man.Backups = map[string]string{}
-			}
-			w.man.Backups[ContainerdConfig] = backup
-		}
-	} else {
-		w.own(ContainerdConfig, sum(updated))
-	}
-	if w.man.Written == nil {
-		w.man.Written = map[string]string{}
-	}
-	w.man.Written[ContainerdConfig] = string(updated)
-	return w.writeRaw(ContainerdConfig, updated, 0o644, "added imports to")
+	return w.Modify(ContainerdConfig, updated, 0o644, ContainerdBackupEx, "added imports to")
 }

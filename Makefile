@@ -58,7 +58,7 @@ image:
 	@set -e; for a in $(SHIM_ARCHES); do for p in $(IMAGE_PROGRAMS); do \
 		GOOS=linux GOARCH=$$a LDFLAGS="$(STAMP)" $(GOBUILD) $(BUILD)/image-bin/$$a/$$p ./cmd/$$p; \
 	done; done
-	$(GO) run ./cmd/mkimage --bin $(BUILD)/image-bin --out $(BUILD)/image --version $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
+	$(GO) run ./cmd/mkimage --bin $(BUILD)/image-bin --out $(BUILD)/image --release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
 
 # Binaries only the tests use: the VM's workload.
 test-bins:

@@ -28,6 +28,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/oomguard/oomguard/initshim"
 )
 
 // counter records every request that reaches the registry.
@@ -623,5 +625,12 @@ func TestSpecRefusesHostileInput(t *testing.T) {
 		if _, err := ParseSpec([]byte(tc.toml), dir); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want %q", tc.toml, err, tc.want)
 		}
+	}
+}
+
+// The embedded shim says the version of the spec that embeds it.
+func TestShimVersion(t *testing.T) {
+	if v := ShimSpec().Version; v != initshim.Version {
+		t.Fatalf("imagepatch/shim.toml has version %q, the shim says %q: bump both with make shims", v, initshim.Version)
 	}
 }

@@ -11,15 +11,22 @@ const defaultScore = 900
 
 const defaultTarget = "/sbin/init"
 
-const usage = `usage: oomguard-init [--oom-score-adj N] [--oom-group 0|1] [--allow-lower] [--] [TARGET [ARG...]]
-Sets oom_score_adj (default 900, $` + envScore + ` wins), memory.oom.group ($` + envGroup + `),
-then execs TARGET (default ` + defaultTarget + `). See README.md.`
+// Version is the shim's, as imagepatch's built-in spec embeds it (a test
+// holds them equal): the shim is not stamped with the commit, so that images
+// patched with it do not change with every commit.
+const Version = "3"
+
+const usage = `Usage: oomguard-init [-s|--oom-score-adj N] [-g|--oom-group 0|1] [--allow-lower] [--] [TARGET [ARG...]]
+Sets its oom_score_adj (default 900; $` + envScore + ` wins) and memory.oom.group
+($` + envGroup + `), then execs TARGET (default ` + defaultTarget + `), keeping the pid.`
 
 type options struct {
 	score      *int
 	group      *bool
 	allowLower bool
 	help       bool
+	version    bool
+	unknown    string // the first flag it does not know
 	argv       []string
 }
 
@@ -71,8 +78,12 @@ func parse(args, env []string, warn func(string)) options {
 			o.allowLower = true
 		case "-h", "--help":
 			o.help = true
+		case "--version":
+			o.version = true
 		default:
-			warn("oomguard-init: unknown flag " + a + " ignored (use -- before a target that starts with '-')")
+			if o.unknown == "" {
+				o.unknown = a
+			}
 		}
 	}
 	if v, ok := lookupEnv(env, envScore); ok {

@@ -17,7 +17,7 @@ import (
 
 // Main runs the shim on the real system with the process's argv and
 // environment; it returns only when the exec failed, with the exit code.
-func Main(args, env []string) int { return run(args, env, sysOps{}) }
+func Main(args, env []string) int { return run(args, env, syscall.Getpid(), sysOps{}) }
 
 // ops is what run does to the system, so tests can watch it.
 type ops interface {
@@ -25,15 +25,26 @@ type ops interface {
 	writeFile(path string, data []byte) error
 	exec(path string, argv, env []string) error
 	access(path string) error
-	stderr(msg string)
+	write(fd int, msg string)
 }
 
-// run returns only when the exec failed: its result is the exit code.
-func run(args, env []string, o ops) int {
-	opts := parse(args[1:], env, o.stderr)
-	if opts.help {
-		o.stderr(usage)
+// run returns only when the exec failed or it did not exec: its result is
+// the exit code.
+func run(args, env []string, pid int, o ops) int {
+	warn := func(msg string) { o.write(2, msg) }
+	opts := parse(args[1:], env, warn)
+	switch {
+	case opts.help:
+		o.write(1, usage)
 		return 0
+	case opts.version:
+		o.write(1, "oomguard-init "+Version)
+		return 0
+	case opts.unknown != "":
+		warn("oomguard-init: unknown flag " + opts.unknown + " (-- before a target)")
+		if pid != 1 { // not a container's PID 1: a mistyped command line must not start an init
+			return 2
+		}
 	}
 	if opts.score != nil {
 		setScore(*opts.score, opts.allowLower, o)
@@ -45,7 +56,7 @@ func run(args, env []string, o ops) int {
 	if err == nil {
 		err = o.exec(path, opts.argv, env)
 	}
-	o.stderr("oomguard-init: " + opts.argv[0] + ": " + err.Error())
+	o.write(2, "oomguard-init: " + opts.argv[0] + ": " + err.Error())
 	if err == syscall.ENOENT || err == syscall.ENOTDIR {
 		return 127
 	}
@@ -57,7 +68,7 @@ const scoreFile = "/proc/self/oom_score_adj"
 func setScore(want int, allowLower bool, o ops) {
 	if b, err := o.readFile(scoreFile); err == nil && !allowLower {
 		if cur, ok := atoi(trimSpace(string(b))); ok && want < cur {
-			o.stderr("oomguard-init: keeping oom_score_adj " + itoa(cur) + ", not lowering it to " + itoa(want) + " (pass --allow-lower to lower it)")
+			o.write(2, "oomguard-init: keeping oom_score_adj " + itoa(cur) + ", not lowering it to " + itoa(want) + " (pass --allow-lower to lower it)")
 			return
 		}
 	}
@@ -66,7 +77,7 @@ func setScore(want int, allowLower bool, o ops) {
 		if err == syscall.EACCES || err == syscall.EPERM {
 			why += " (lowering the score needs CAP_SYS_RESOURCE)"
 		}
-		o.stderr("oomguard-init: cannot set oom_score_adj to " + itoa(want) + ": " + why)
+		o.write(2, "oomguard-init: cannot set oom_score_adj to " + itoa(want) + ": " + why)
 	}
 }
 
@@ -75,12 +86,12 @@ func setScore(want int, allowLower bool, o ops) {
 func setGroup(on bool, o ops) {
 	b, err := o.readFile("/proc/self/cgroup")
 	if err != nil {
-		o.stderr("oomguard-init: memory.oom.group skipped: cannot read /proc/self/cgroup: " + err.Error())
+		o.write(2, "oomguard-init: memory.oom.group skipped: cannot read /proc/self/cgroup: " + err.Error())
 		return
 	}
 	cg, ok := unifiedPath(string(b))
 	if !ok {
-		o.stderr("oomguard-init: memory.oom.group skipped: not on cgroup v2")
+		o.write(2, "oomguard-init: memory.oom.group skipped: not on cgroup v2")
 		return
 	}
 	file := "/sys/fs/cgroup" + cg + "/memory.oom.group"
@@ -96,7 +107,7 @@ func setGroup(on bool, o ops) {
 		if err == syscall.EROFS {
 			why = "read-only cgroup filesystem"
 		}
-		o.stderr("oomguard-init: memory.oom.group skipped: " + file + ": " + why)
+		o.write(2, "oomguard-init: memory.oom.group skipped: " + file + ": " + why)
 	}
 }
 
@@ -199,4 +210,4 @@ func (sysOps) access(path string) error {
 	return nil
 }
 
-func (sysOps) stderr(msg string) { syscall.Write(2, []byte(msg+"\n")) }
+func (sysOps) write(fd int, msg string) { syscall.Write(fd, []byte(msg+"\n")) }

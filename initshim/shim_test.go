@@ -5,6 +5,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 func TestParse(t *testing.T) {
@@ -34,7 +36,7 @@ func TestParse(t *testing.T) {
 		{name: "bad env", env: []string{"OOMGUARD_OOM_SCORE_ADJ=high"}, score: 900, argv: []string{"/sbin/init"}, warn: "$OOMGUARD_OOM_SCORE_ADJ=high ignored"},
 		{name: "bad group", args: []string{"--oom-group", "maybe"}, score: 900, argv: []string{"/sbin/init"}, warn: "want 0 or 1"},
 		{name: "missing value", args: []string{"--oom-score-adj"}, score: 900, argv: []string{"/sbin/init"}, warn: "needs a value"},
-		{name: "unknown flag", args: []string{"--frobnicate", "/init"}, score: 900, argv: []string{"/init"}, warn: "unknown flag --frobnicate"},
+		{name: "unknown flag", args: []string{"--frobnicate", "/init"}, score: 900, argv: []string{"/init"}},
 		{name: "negative", args: []string{"-s", "-500", "--allow-lower"}, score: -500, lower: true, argv: []string{"/sbin/init"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,10 +66,12 @@ type fakeOps struct {
 	execArgv []string
 	execEnv  []string
 	msgs     []string
+	out      []string
+	pid1     bool
 }
 
 func newFake() *fakeOps {
-	return &fakeOps{files: map[string]string{scoreFile: "0\n"}, errs: map[string]error{}, writes: map[string]string{}}
+	return &fakeOps{files: map[string]string{scoreFile: "0\n"}, errs: map[string]error{}, writes: map[string]string{}, pid1: true}
 }
 
 func (f *fakeOps) readFile(p string) ([]byte, error) {
@@ -108,7 +112,11 @@ func (f *fakeOps) run(args, env []string) (code int) {
 			code = -1
 		}
 	}()
-	return run(args, env, f)
+	pid := 4242
+	if f.pid1 {
+		pid = 1
+	}
+	return run(args, env, pid, f)
 }
 
 func (f *fakeOps) access(p string) error {
@@ -118,7 +126,13 @@ func (f *fakeOps) access(p string) error {
 	return syscall.ENOENT
 }
 
-func (f *fakeOps) stderr(m string) { f.msgs = append(f.msgs, m) }
+func (f *fakeOps) write(fd int, m string) {
+	if fd == 1 {
+		f.out = append(f.out, m)
+	} else {
+		f.msgs = append(f.msgs, m)
+	}
+}
 
 func TestRun(t *testing.T) {
 	env := []string{"container=podman", "NOTIFY_SOCKET=/run/notify", "LISTEN_FDS=2", "PATH=/usr/bin:/bin"}
@@ -203,6 +217,29 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("help and version on stdout, nothing run", func(t *testing.T) {
+		for _, a := range []string{"--help", "-h", "--version"} {
+			f := newFake()
+			if code := f.run([]string{"oomguard-init", a}, nil); code != 0 || f.execPath != "" || len(f.out) != 1 || len(f.writes) != 0 {
+				t.Fatalf("%s: exit %d exec %q out %q writes %v", a, code, f.execPath, f.out, f.writes)
+			}
+		}
+	})
+	t.Run("an unknown flag starts no init when not PID 1", func(t *testing.T) {
+		f := newFake()
+		f.pid1 = false
+		if code := f.run([]string{"oomguard-init", "--frobnicate", "/init"}, nil); code != 2 || f.execPath != "" || len(f.writes) != 0 ||
+			!strings.Contains(f.msgs[0], "unknown flag --frobnicate") {
+			t.Fatalf("exit %d exec %q msgs %q", code, f.execPath, f.msgs)
+		}
+	})
+	t.Run("an unknown flag as PID 1 still boots", func(t *testing.T) {
+		f := newFake()
+		f.run([]string{"oomguard-init", "--frobnicate", "/init"}, nil)
+		if f.execPath != "/init" || f.writes[scoreFile] != "900\n" || !strings.Contains(f.msgs[0], "unknown flag --frobnicate") {
+			t.Fatalf("exec %q writes %v msgs %q", f.execPath, f.writes, f.msgs)
+		}
+	})
 	t.Run("not in PATH", func(t *testing.T) {
 		f := newFake()
 		if code := f.run([]string{"oomguard-init", "nosuch"}, env); code != 127 || f.execPath != "" || !strings.Contains(f.msgs[0], "nosuch: no such file") {
@@ -220,6 +257,34 @@ func TestItoaAtoi(t *testing.T) {
 	for _, bad := range []string{"", "-", "+", "1a", "0x10", "12345678"} {
 		if _, ok := atoi(bad); ok {
 			t.Errorf("atoi(%q) accepted", bad)
+		}
+	}
+}
+
+// The policy's command rule looks past the shim to the program it starts,
+// so it must know which of the shim's flags take a value.
+func TestPolicySeesPastTheShim(t *testing.T) {
+	for _, tc := range []struct {
+		flag   string
+		valued bool
+	}{
+		{"--oom-score-adj", true}, {"-s", true}, {"--score", true}, {"--oom-group", true}, {"-g", true},
+		{"--allow-lower", false},
+	} {
+		o := parse([]string{tc.flag, "1", "/sbin/init"}, nil, func(string) {})
+		if o.unknown != "" {
+			t.Fatalf("the shim does not know %s", tc.flag)
+		}
+		if consumed := o.argv[0] == "/sbin/init"; consumed != tc.valued {
+			t.Fatalf("%s: the shim takes a value: %v; the table says %v", tc.flag, consumed, tc.valued)
+		}
+		argv := []string{"/.oomguard/oomguard-init", tc.flag, "1", "/sbin/init"}
+		want := "/sbin/init"
+		if !tc.valued {
+			want = "1"
+		}
+		if got := policy.Program(argv); got != want {
+			t.Errorf("policy.Program(%q) = %q, want %q: its list of the shim's flags is stale", argv, got, want)
 		}
 	}
 }

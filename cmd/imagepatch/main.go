@@ -16,9 +16,8 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/oomguard/oomguard/internal/version"
-
 	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/internal/cli"
 )
 
 func main() {
@@ -27,20 +26,9 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `imagepatch: layer a patch onto existing image tags, under new tags.
-
-Usage:
-  imagepatch plan    [flags] [REF...]   show what would happen to every selected tag
-  imagepatch apply   [flags] [REF...]   patch them and push the results
-  imagepatch resolve [flags] IMAGE      print the patched reference, patching on demand
-  imagepatch spec                       print the built-in spec (the oomguard-init shim)
-
-Targets: REF... (repo:tag), --from-file FILE (one a line), or --repo REPO with
---tags GLOB[,GLOB] and/or --tag-regex RE (every tag when neither is given).
-
-Exit status: 0 all succeeded, 1 some failed or were refused (a re-run finishes
-the failed), 2 usage errors.
-`
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return cli.Main(ctx, program(), args, cli.IO{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
+}
 
 type flags struct {
 	spec, repo, tags, tagRegex, fromFile, template string
@@ -48,64 +36,72 @@ type flags struct {
 	insecure, json                                 bool
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if version.Asked(args) {
-		fmt.Fprintln(stdout, version.String("imagepatch"))
-		return 0
-	}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stderr, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	cmd := args[0]
-	if cmd == "spec" {
-		stdout.Write(imagepatch.ShimSpecTOML())
-		return 0
-	}
-	if cmd != "plan" && cmd != "apply" && cmd != "resolve" {
-		fmt.Fprintf(stderr, "imagepatch: unknown command %q\n\n%s", cmd, usage)
-		return 2
-	}
-	var f flags
-	fs := flag.NewFlagSet("imagepatch "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.spec, "spec", "", "patch spec TOML (default: the built-in oomguard-init shim)")
-	fs.StringVar(&f.repo, "repo", "", "repository whose tags to select")
-	fs.StringVar(&f.tags, "tags", "", "comma-separated tag globs, with --repo")
-	fs.StringVar(&f.tagRegex, "tag-regex", "", "tag regular expression, with --repo")
-	fs.StringVar(&f.fromFile, "from-file", "", "file of references, one a line")
-	fs.StringVar(&f.template, "tag-template", imagepatch.DefaultTagTemplate, "destination tag; fields .Tag .Patch .Version .Repo")
-	fs.IntVar(&f.jobs, "jobs", 8, "tags patched at once")
-	fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 429 and 5xx, with backoff")
-	fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
-	fs.BoolVar(&f.json, "json", false, "results as JSON on stdout")
-	positional, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return 2
-	}
+const targetsHelp = "Targets: REF... (repo:tag), --from-file FILE (one a line), or --repo REPO with\n" +
+	"--tags GLOB[,GLOB] and/or --tag-regex RE (every tag when neither is given).\n" +
+	"Exit status: 0 all succeeded, 1 some failed or were refused (a re-run finishes\n" +
+	"the failed), 2 usage errors."
 
-	p, nameOpts, ropts, err := newPatcher(f)
-	if err != nil {
-		fmt.Fprintf(stderr, "imagepatch: %v\n", err)
-		return 2
-	}
-	if cmd == "resolve" {
-		if len(positional) != 1 {
-			fmt.Fprintln(stderr, "imagepatch resolve: give exactly one IMAGE")
-			return 2
+func program() *cli.Command {
+	patchCmd := func(name, help string) *cli.Command {
+		var f flags
+		c := &cli.Command{Name: name, Help: help, Args: "[REF...]", MaxArgs: -1, Interspersed: true, Flags: patchFlags(&f, true)}
+		c.Run = func(ctx context.Context, refs []string, s cli.IO) int {
+			p, nameOpts, ropts, err := newPatcher(f)
+			if err != nil {
+				return cli.Usagef(s.Stderr, c, "%v", err)
+			}
+			srcs, err := targets(ctx, f, refs, nameOpts, ropts)
+			if err != nil {
+				if _, usageErr := err.(usageError); usageErr {
+					return cli.Usagef(s.Stderr, c, "%v", err)
+				}
+				fmt.Fprintf(s.Stderr, "imagepatch %s: %v\n", name, err)
+				return 1
+			}
+			return patch(ctx, p, srcs, name == "apply", f.json, s.Stdout, s.Stderr)
 		}
-		return resolve(ctx, p, positional[0], nameOpts, stdout, stderr)
+		return c
 	}
-	srcs, err := targets(ctx, f, positional, nameOpts, ropts)
-	if err != nil {
-		fmt.Fprintf(stderr, "imagepatch %s: %v\n", cmd, err)
-		if _, usageErr := err.(usageError); usageErr {
-			return 2
+	var rf flags
+	resolveCmd := &cli.Command{Name: "resolve", Help: "Print the patched reference (repo@digest), patching on demand.",
+		Args: "IMAGE", MinArgs: 1, MaxArgs: 1, Interspersed: true, Flags: patchFlags(&rf, false)}
+	resolveCmd.Run = func(ctx context.Context, refs []string, s cli.IO) int {
+		p, nameOpts, _, err := newPatcher(rf)
+		if err != nil {
+			return cli.Usagef(s.Stderr, resolveCmd, "%v", err)
 		}
-		return 1
+		return resolve(ctx, p, refs[0], nameOpts, s.Stdout, s.Stderr)
 	}
-	return patch(ctx, p, srcs, cmd == "apply", f.json, stdout, stderr)
+	return &cli.Command{
+		Name:    "imagepatch",
+		Summary: "layer a patch onto existing image tags, under new tags.\n\n" + targetsHelp,
+		Commands: []*cli.Command{
+			patchCmd("plan", "Show what would happen to every selected tag."),
+			patchCmd("apply", "Patch them and push the results."),
+			resolveCmd,
+			{Name: "spec", Help: "Print the built-in spec (the oomguard-init shim).", Run: func(_ context.Context, _ []string, s cli.IO) int {
+				s.Stdout.Write(imagepatch.ShimSpecTOML())
+				return 0
+			}},
+		},
+	}
+}
+
+func patchFlags(f *flags, selecting bool) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		fs.StringVar(&f.spec, "spec", "", "patch spec TOML `FILE` (default: the built-in oomguard-init shim)")
+		if selecting {
+			fs.StringVar(&f.repo, "repo", "", "`REPO`sitory whose tags to select")
+			fs.StringVar(&f.tags, "tags", "", "comma-separated tag `GLOBS`, with --repo")
+			fs.StringVar(&f.tagRegex, "tag-regex", "", "tag regular expression `RE`, with --repo")
+			fs.StringVar(&f.fromFile, "from-file", "", "`FILE` of references, one a line")
+			fs.IntVar(&f.jobs, "jobs", 8, "tags patched at once")
+			fs.BoolVar(&f.json, "json", false, "results as JSON on stdout")
+		} else {
+			f.jobs = 1
+		}
+		fs.StringVar(&f.template, "tag-template", imagepatch.DefaultTagTemplate, "destination tag `TEMPLATE`; fields .Tag .Patch .Version .Repo")
+		fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 429 and 5xx, with backoff")
+		fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
+	}
 }

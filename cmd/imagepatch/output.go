@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/internal/cli"
 	"github.com/oomguard/oomguard/internal/escape"
 )
 
@@ -103,13 +103,7 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, total int) *progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
-	return &progress{w: w, total: total, tty: tty}
+	return &progress{w: w, total: total, tty: cli.IsTerminal(w)}
 }
 
 func (p *progress) update(done int) {

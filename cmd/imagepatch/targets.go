@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -17,21 +16,6 @@ import (
 )
 
 type usageError struct{ error }
-
-// parseInterspersed lets flags come before, between and after references.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
 
 func targets(ctx context.Context, f flags, refs []string, nameOpts []name.Option, ropts []remote.Option) ([]name.Tag, error) {
 	var out []name.Tag

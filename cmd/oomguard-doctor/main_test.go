@@ -70,11 +70,14 @@ func TestOutputsAndErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--json", "--prometheus"}, 4, "exclude each other"},
-		{[]string{"extra"}, 4, "flags only"},
+		// Usage errors exit 2, as in every oomguard command.
+		{[]string{"--json", "--prometheus"}, 2, "exclude each other"},
+		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--bogus"}, 2, "not defined: -bogus"},
+		{[]string{"remediate", "--bogus"}, 2, "not defined: -bogus"},
 		{[]string{"--root", filepath.Join(t.TempDir(), "nothing")}, 4, "list processes"},
 		{[]string{"--config", "/nonexistent.toml"}, 4, "nonexistent.toml"},
-		{[]string{"--interval", "1m"}, 4, "--interval needs --output"},
+		{[]string{"--interval", "1m"}, 2, "--interval needs --output"},
 		{[]string{"--root", root, "--sample", "0", "--prometheus", "--output", "/proc/none/x.prom"}, 4, "/proc/none"},
 	} {
 		errb.Reset()
@@ -110,5 +113,15 @@ func TestRealProc(t *testing.T) {
 	code := run([]string{"--sample", "100ms", "--tree", "--config", writeDefaultConfig(t)}, &out, &errb)
 	if code > 2 || !strings.Contains(out.String(), "oom-ranking") || errb.Len() > 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "oomguard-doctor remediate [flags]") ||
+			!strings.Contains(out.String(), "--undo") || !strings.Contains(out.String(), "--runtime-endpoint") || errb.Len() > 0 {
+			t.Errorf("%q: exit %d\n%s%s", args, code, out.String(), errb.String())
+		}
 	}
 }

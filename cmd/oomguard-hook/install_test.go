@@ -26,7 +26,7 @@ func node(t *testing.T, files map[string]string) string {
 	return root
 }
 
-func cli(args ...string) (int, string, string) {
+func runCLI(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	code := run(args, nil, &out, &errb)
 	return code, out.String(), errb.String()
@@ -40,13 +40,13 @@ func TestInstall(t *testing.T) {
 	args := append([]string{"--root", root, "--hooks-dir", dir}, hookArgs...)
 	target := filepath.Join(root, dir, "oomguard.json")
 
-	if code, out, errb := cli(append([]string{"install", "--dry-run"}, args...)...); code != 0 || !strings.Contains(out, "would: wrote "+dir+"/oomguard.json") {
+	if code, out, errb := runCLI(append([]string{"install", "--dry-run"}, args...)...); code != 0 || !strings.Contains(out, "would: wrote "+dir+"/oomguard.json") {
 		t.Fatalf("dry run: exit %d, %q %q", code, out, errb)
 	}
 	if _, err := os.Stat(target); err == nil {
 		t.Fatal("dry run wrote the file")
 	}
-	if code, out, errb := cli(append([]string{"install"}, args...)...); code != 0 || !strings.Contains(out, "wrote "+dir+"/oomguard.json") {
+	if code, out, errb := runCLI(append([]string{"install"}, args...)...); code != 0 || !strings.Contains(out, "wrote "+dir+"/oomguard.json") {
 		t.Fatalf("install: exit %d, %q %q", code, out, errb)
 	}
 	data, err := os.ReadFile(target)
@@ -71,14 +71,14 @@ func TestInstall(t *testing.T) {
 		strings.Join(f.Hook.Args, " ") != "oomguard-hook --config /etc/oomguard/config.toml" {
 		t.Fatalf("hooks.d file: %s", data)
 	}
-	if code, out, _ := cli(append([]string{"install"}, args...)...); code != 0 || !strings.Contains(out, "unchanged "+dir+"/oomguard.json") {
+	if code, out, _ := runCLI(append([]string{"install"}, args...)...); code != 0 || !strings.Contains(out, "unchanged "+dir+"/oomguard.json") {
 		t.Fatalf("second install: exit %d, %q", code, out)
 	}
-	if code, out, _ := cli(append([]string{"print-config"}, args...)...); code != 0 || out != string(data) {
+	if code, out, _ := runCLI(append([]string{"print-config"}, args...)...); code != 0 || out != string(data) {
 		t.Fatalf("print-config differs from the installed file: %q", out)
 	}
 	// A changed stage rewrites the file.
-	if code, out, _ := cli(append([]string{"install", "--stage", "prestart"}, args...)...); code != 0 || !strings.Contains(out, "wrote") {
+	if code, out, _ := runCLI(append([]string{"install", "--stage", "prestart"}, args...)...); code != 0 || !strings.Contains(out, "wrote") {
 		t.Fatalf("stage change: exit %d, %q", code, out)
 	}
 	if data, _ := os.ReadFile(target); !strings.Contains(string(data), `"prestart"`) {
@@ -87,7 +87,7 @@ func TestInstall(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Dir(target)); len(entries) != 1 {
 		t.Fatalf("temporary files left behind: %v", entries)
 	}
-	if code, out, _ := cli("uninstall", "--root", root); code != 0 || !strings.Contains(out, "removed "+dir+"/oomguard.json") {
+	if code, out, _ := runCLI("uninstall", "--root", root); code != 0 || !strings.Contains(out, "removed "+dir+"/oomguard.json") {
 		t.Fatalf("uninstall: exit %d, %q", code, out)
 	}
 	if _, err := os.Stat(target); err == nil {
@@ -127,7 +127,7 @@ func TestInstallFindsHooksDirs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := node(t, tc.files)
-			code, out, errb := cli(append([]string{"install", "--root", root}, hookArgs...)...)
+			code, out, errb := runCLI(append([]string{"install", "--root", root}, hookArgs...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s %s", code, out, errb)
 			}
@@ -143,7 +143,7 @@ func TestInstallFindsHooksDirs(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("wrote into %v, want %v\n%s", got, want, out)
 			}
-			if code, _, _ := cli("uninstall", "--root", root); code != 0 {
+			if code, _, _ := runCLI("uninstall", "--root", root); code != 0 {
 				t.Fatal("uninstall failed")
 			}
 			for _, d := range tc.want {
@@ -163,10 +163,10 @@ func TestInstallCopiesFromContainer(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(cfg, []byte("strict = false\n"), 0o644)
 	args := []string{"install", "--root", root, "--copy", "--hook-path", "/opt/oomguard/bin/oomguard-hook", "--config", cfg}
-	if code, out, errs := cli(append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would: wrote /opt/oomguard/bin/oomguard-hook") {
+	if code, out, errs := runCLI(append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would: wrote /opt/oomguard/bin/oomguard-hook") {
 		t.Fatalf("dry run: %d %s %s", code, out, errs)
 	}
-	if code, out, errs := cli(args...); code != 0 {
+	if code, out, errs := runCLI(args...); code != 0 {
 		t.Fatalf("install --copy: %d %s %s", code, out, errs)
 	}
 	exe, _ := os.Executable()
@@ -182,7 +182,7 @@ func TestInstallCopiesFromContainer(t *testing.T) {
 	if json.Unmarshal(b, &doc); doc.Hook.Path != "/opt/oomguard/bin/oomguard-hook" {
 		t.Fatalf("hooks.d: %s", b)
 	}
-	if code, out, errs := cli("uninstall", "--root", root); code != 0 {
+	if code, out, errs := runCLI("uninstall", "--root", root); code != 0 {
 		t.Fatalf("uninstall: %d %s %s", code, out, errs)
 	}
 	for _, p := range []string{"/opt/oomguard/bin/oomguard-hook", cfg, "/usr/share/containers/oci/hooks.d/oomguard.json"} {
@@ -190,25 +190,25 @@ func TestInstallCopiesFromContainer(t *testing.T) {
 			t.Errorf("uninstall left %s", p)
 		}
 	}
-	if code, _, errs := cli("install", "--copy", "--hook-path", "/opt/x", "--config", cfg); code != 2 || !strings.Contains(errs, "--copy needs --root") {
+	if code, _, errs := runCLI("install", "--copy", "--hook-path", "/opt/x", "--config", cfg); code != 2 || !strings.Contains(errs, "--copy needs --root") {
 		t.Fatalf("--copy onto this filesystem: %d %s", code, errs)
 	}
 }
 
 func TestUninstallLeavesChangedFiles(t *testing.T) {
 	root := node(t, nil)
-	if code, _, errb := cli(append([]string{"install", "--root", root}, hookArgs...)...); code != 0 {
+	if code, _, errb := runCLI(append([]string{"install", "--root", root}, hookArgs...)...); code != 0 {
 		t.Fatal(errb)
 	}
 	p := filepath.Join(root, "/usr/share/containers/oci/hooks.d/oomguard.json")
 	os.WriteFile(p, []byte(`{"edited":"by an operator"}`), 0o644)
-	if code, out, _ := cli("uninstall", "--root", root); code != 0 || !strings.Contains(out, "left /usr/share/containers/oci/hooks.d/oomguard.json alone") {
+	if code, out, _ := runCLI("uninstall", "--root", root); code != 0 || !strings.Contains(out, "left /usr/share/containers/oci/hooks.d/oomguard.json alone") {
 		t.Fatalf("exit %d %q", code, out)
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Fatal("uninstall removed a file it did not write")
 	}
-	if code, out, _ := cli("uninstall", "--root", t.TempDir()); code != 0 || !strings.Contains(out, "nothing to uninstall") {
+	if code, out, _ := runCLI("uninstall", "--root", t.TempDir()); code != 0 || !strings.Contains(out, "nothing to uninstall") {
 		t.Fatalf("uninstall of nothing: %d %q", code, out)
 	}
 }
@@ -230,7 +230,7 @@ func TestInstallErrors(t *testing.T) {
 		{[]string{"install", "--hooks-dir", "/proc/oomguard/hooks.d", "--hook-path", os.Args[0]}, 1, "/proc/oomguard/hooks.d"},
 		{[]string{"install", "--root", root, "--hook-path", "/usr/local/bin/oomguard-hook"}, 0, ""},
 	} {
-		code, _, errb := cli(tc.args...)
+		code, _, errb := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(errb, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb, tc.code, tc.want)
 		}

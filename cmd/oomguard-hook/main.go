@@ -9,16 +9,16 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/version"
-
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/hook"
+	"github.com/oomguard/oomguard/internal/cli"
 	"github.com/oomguard/oomguard/internal/install"
 )
 
@@ -26,54 +26,49 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `oomguard-hook: OCI runtime hook that sets oom_score_adj and memory.oom.group
-from the oomguard policy when a container is created.
-
-Usage:
-  oomguard-hook [--config FILE] [--strict] [--log-file DEST] [--root DIR]
-      Run as a createRuntime (or prestart) hook: reads the OCI state on stdin.
-  oomguard-hook install [--root DIR] [--hooks-dir DIR] [--hook-path PATH] [--config FILE] [--stage STAGE] [--dry-run] [--copy]
-      Write oomguard.json into every hooks.d directory CRI-O and podman read
-      (their hooks_dir settings, else their default), or --hooks-dir. Idempotent.
-      --copy (from a container, with --root) also puts this binary and the
-      configuration on the node.
-  oomguard-hook uninstall [--root DIR] [--dry-run]
-      Remove what install wrote, unless it changed since.
-  oomguard-hook print-config [same flags as install]
-      Print that JSON instead of writing it.
-`
-
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if version.Asked(args) {
-		fmt.Fprintln(stdout, version.String("oomguard-hook"))
-		return 0
-	}
-	if len(args) > 0 {
-		switch args[0] {
-		case "install", "print-config", "uninstall":
-			return cmdInstall(args[0], args[1:], stdout, stderr)
-		case "help", "-h", "--help":
-			fmt.Fprint(stdout, usage)
-			return 0
+	return cli.Main(context.Background(), program(), args, cli.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+func program() *cli.Command {
+	var o hook.Options
+	var io install.HookOptions
+	installFlags := func(withTarget bool) func(*flag.FlagSet) {
+		return func(fs *flag.FlagSet) {
+			fs.StringVar(&io.Root, "root", "/", "the node's filesystem root `DIR`")
+			fs.BoolVar(&io.DryRun, "dry-run", false, "show what would change without writing")
+			if !withTarget {
+				return
+			}
+			fs.StringVar(&io.Dir, "hooks-dir", "", "the one hooks.d `DIR` to write "+install.HookFileName+" into (default: every one the node's runtimes read)")
+			fs.StringVar(&io.HookPath, "hook-path", "", "absolute `PATH` of the oomguard-hook binary the runtime runs (default: this binary)")
+			fs.StringVar(&io.ConfigPath, "config", "", "configuration `FILE` the hook reads (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+			fs.StringVar(&io.Stage, "stage", "createRuntime", "OCI hook `STAGE`: createRuntime, or prestart for runtimes without it")
+			fs.BoolVar(&io.Copy, "copy", false, "copy this binary to --hook-path and --config to the same path under --root (the DaemonSet's init container)")
 		}
 	}
-	fs := flag.NewFlagSet("oomguard-hook", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	var o hook.Options
-	fs.StringVar(&o.ConfigPath, "config", "", "configuration file (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
-	fs.BoolVar(&o.Strict, "strict", false, "fail closed: exit non-zero on any error (also strict = true in the config)")
-	fs.StringVar(&o.Root, "root", "/", "host filesystem root holding /proc and /sys")
-	fs.StringVar(&o.LogFile, "log-file", "", "log destination overriding the config's log.file: a path, syslog or stderr")
-	fs.DurationVar(&o.Deadline, "deadline", hook.DefaultDeadline, "give up on the container (leave it as it is) after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	installCmd := func(name, help string) *cli.Command {
+		return &cli.Command{Name: name, Help: help, Flags: installFlags(name != "uninstall"),
+			Run: func(_ context.Context, _ []string, s cli.IO) int { return cmdInstall(name, io, s.Stdout, s.Stderr) }}
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "oomguard-hook: unexpected argument %q; run 'oomguard-hook help'\n", fs.Arg(0))
-		return 2
+	return &cli.Command{
+		Name:    "oomguard-hook",
+		Summary: "OCI runtime hook that sets oom_score_adj and memory.oom.group\nfrom the oomguard policy when a container is created.",
+		Help:    "Run as a createRuntime (or prestart) hook: reads the OCI state on stdin.",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&o.ConfigPath, "config", "", "configuration `FILE` (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+			fs.BoolVar(&o.Strict, "strict", false, "fail closed: exit non-zero on any error (also strict = true in the config)")
+			fs.StringVar(&o.Root, "root", "/", "host filesystem `DIR` holding /proc and /sys")
+			fs.StringVar(&o.LogFile, "log-file", "", "log `DEST` overriding the config's log.file: a path, syslog or stderr")
+			fs.DurationVar(&o.Deadline, "deadline", hook.DefaultDeadline, "give up on the container (leave it as it is) after this long")
+		},
+		Run: func(_ context.Context, _ []string, s cli.IO) int { return runHook(o, s.Stdin, s.Stderr) },
+		Commands: []*cli.Command{
+			installCmd("install", "Write "+install.HookFileName+" into every hooks.d directory CRI-O and podman read\n(their hooks_dir settings, else their default), or --hooks-dir. Idempotent.\n--copy (from a container, with --root) also puts this binary and the\nconfiguration on the node."),
+			installCmd("uninstall", "Remove what install wrote, unless it changed since."),
+			installCmd("print-config", "Print that JSON instead of writing it."),
+		},
 	}
-	return runHook(o, stdin, stderr)
 }
 
 // runHook runs the hook until it is done or its deadline passes, whatever it
@@ -96,26 +91,7 @@ func runHook(o hook.Options, stdin io.Reader, stderr io.Writer) int {
 	}
 }
 
-func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("oomguard-hook "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o install.HookOptions
-	fs.StringVar(&o.Root, "root", "/", "the node's filesystem root")
-	fs.BoolVar(&o.DryRun, "dry-run", false, "show what would change without writing")
-	if name != "uninstall" {
-		fs.StringVar(&o.Dir, "hooks-dir", "", "the one hooks.d directory to write "+install.HookFileName+" into (default: every one the node's runtimes read)")
-		fs.StringVar(&o.HookPath, "hook-path", "", "absolute path of the oomguard-hook binary the runtime runs (default: this binary)")
-		fs.StringVar(&o.ConfigPath, "config", "", "configuration file the hook reads (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
-		fs.StringVar(&o.Stage, "stage", "createRuntime", "OCI hook stage: createRuntime, or prestart for runtimes without it")
-		fs.BoolVar(&o.Copy, "copy", false, "copy this binary to --hook-path and --config to the same path under --root (the DaemonSet's init container)")
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "oomguard-hook %s: unexpected argument %q\n", name, fs.Arg(0))
-		return 2
-	}
+func cmdInstall(name string, o install.HookOptions, stdout, stderr io.Writer) int {
 	o.ConfigPath = config.Path(o.ConfigPath)
 	var err error
 	switch name {
@@ -132,7 +108,7 @@ func cmdInstall(name string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "oomguard-hook %s: %v\n", name, err)
 		if _, bad := err.(*install.OptionError); bad {
-			return 2
+			return cli.ExitUsage
 		}
 		return 1
 	}

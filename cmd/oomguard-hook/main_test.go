@@ -7,14 +7,24 @@ import (
 )
 
 func TestUsage(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"--bogus"}, nil, &out, &errb); code != 2 {
-		t.Fatalf("unknown flag: exit %d", code)
-	}
-	if code := run([]string{"extra"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unexpected argument "extra"`) {
-		t.Fatalf("extra argument: exit %d, %q", code, errb.String())
-	}
-	if code := run([]string{"help"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "install") {
-		t.Fatalf("help: exit %d", code)
+	for _, tc := range []struct {
+		args         []string
+		code         int
+		stdout, errs string
+	}{
+		{[]string{"--bogus"}, 2, "", "flag provided but not defined: -bogus"},
+		{[]string{"extra"}, 2, "", `unexpected argument "extra"`},
+		{[]string{"install", "--stage"}, 2, "", "flag needs an argument"},
+		{[]string{"help"}, 0, "oomguard-hook install [flags]", ""},
+		{[]string{"--help"}, 0, "--deadline duration", ""},
+		{[]string{"-h"}, 0, "Flags of oomguard-hook uninstall:", ""},
+		{[]string{"install", "--help"}, 0, "--hooks-dir DIR", ""},
+		{[]string{"--version"}, 0, "oomguard-hook dev", ""},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tc.args, strings.NewReader(""), &out, &errb)
+		if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errb.String(), tc.errs) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
+		}
 	}
 }

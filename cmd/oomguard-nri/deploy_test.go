@@ -85,6 +85,9 @@ func TestDeployManifests(t *testing.T) {
 	if !slices.Equal(configMaps, []string{"oomguard-config"}) {
 		t.Errorf("configMaps %v", configMaps)
 	}
+	var help strings.Builder
+	run([]string{"--help"}, &help, &help)
+	usage := help.String()
 	init := spec["initContainers"].([]any)[0].(map[string]any)
 	for _, a := range init["args"].([]any) {
 		if a := a.(string); a != "install" && !strings.Contains(usage, strings.SplitN(a, "=", 2)[0]) {

@@ -11,16 +11,15 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/oomguard/oomguard/internal/version"
-
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/cli"
 	"github.com/oomguard/oomguard/internal/logging"
+	"github.com/oomguard/oomguard/internal/version"
 	nriplugin "github.com/oomguard/oomguard/nri-plugin"
 )
 
@@ -28,60 +27,49 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `oomguard-nri: NRI plugin that sets oom_score_adj and memory.oom.group from the
-oomguard policy when containerd or CRI-O creates a container.
-
-Usage:
-  oomguard-nri [--config FILE] [--socket PATH] [--root DIR] [--metrics-address ADDR]
-      Run. Launched by the runtime from /opt/nri/plugins it uses the runtime's
-      connection; otherwise it connects to the NRI socket and reconnects when the
-      runtime restarts.
-  oomguard-nri install [--root DIR] [--runtime auto|containerd|crio] [--dry-run] [--binary PATH] [--config FILE]
-                       [--nri-only] [--socket PATH] [--restart-runtime]
-      Put the plugin where the runtime launches it and enable NRI with drop-in
-      files; --nri-only for the DaemonSet, which runs the plugin itself.
-  oomguard-nri uninstall [--root DIR] [--dry-run] [--restart-runtime]
-      Undo install.
-`
-
 func run(args []string, stdout, stderr io.Writer) int {
-	if version.Asked(args) {
-		fmt.Fprintln(stdout, version.String("oomguard-nri"))
-		return 0
+	return cli.Main(context.Background(), program(), args, cli.IO{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// flags of the plugin's run.
+type flags struct {
+	cfgPath, socket, root, metricsAddr string
+}
+
+func program() *cli.Command {
+	var f flags
+	return &cli.Command{
+		Name:    "oomguard-nri",
+		Summary: "NRI plugin that sets oom_score_adj and memory.oom.group from the\noomguard policy when containerd or CRI-O creates a container.",
+		Help: "Run. Launched by the runtime from /opt/nri/plugins it uses the runtime's\n" +
+			"connection; otherwise it connects to the NRI socket and reconnects when the\nruntime restarts.",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&f.cfgPath, "config", "", "configuration `FILE` (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
+			fs.StringVar(&f.socket, "socket", "", "NRI socket `PATH` (default: the config's nri.socket)")
+			fs.StringVar(&f.root, "root", "/", "host filesystem `DIR` holding /proc and /sys")
+			fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve /metrics and /healthz at `ADDR` (default: the config's nri.metrics_address)")
+		},
+		Run: func(_ context.Context, _ []string, s cli.IO) int { return plugin(f, s.Stderr) },
+		Commands: []*cli.Command{
+			installCommand("install", "Put the plugin where the runtime launches it and enable NRI with drop-in\n"+
+				"files; --nri-only for the DaemonSet, which runs the plugin itself."),
+			installCommand("uninstall", "Undo install."),
+		},
 	}
-	if len(args) > 0 {
-		switch args[0] {
-		case "install", "uninstall":
-			return cmdInstall(args[0], args[1:], stdout, stderr)
-		case "help", "-h", "--help":
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-	}
-	fs := flag.NewFlagSet("oomguard-nri", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (default $OOMGUARD_CONFIG or "+config.DefaultPath+")")
-	socket := fs.String("socket", "", "NRI socket (default: the config's nri.socket)")
-	root := fs.String("root", "/", "host filesystem root holding /proc and /sys")
-	metricsAddr := fs.String("metrics-address", "", "serve /metrics and /healthz here (default: the config's nri.metrics_address)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "oomguard-nri: unexpected argument %q; run 'oomguard-nri help'\n", fs.Arg(0))
-		return 2
-	}
-	cfg, cfgErr := config.Find(*cfgPath)
+}
+
+func plugin(f flags, stderr io.Writer) int {
+	cfg, cfgErr := config.Find(f.cfgPath)
 	if cfgErr != nil {
 		cfg = config.Default()
 	}
 	launched := os.Getenv("NRI_PLUGIN_SOCKET") != ""
-	logCfg := cfg.Log
+	logCfg := cfg.Log.Logging()
 	logCfg.File = "stderr"
 	if launched { // the runtime discards a launched plugin's output
 		logCfg.File = cfg.NRI.LogFile
 	}
-	log, closer, logErr := logging.Open(logCfg.Logging(), "oomguard-nri", stderr)
+	log, closer, logErr := logging.Open(logCfg, "oomguard-nri", stderr)
 	defer closer.Close()
 	log = log.With("component", "oomguard-nri")
 	log.Info("starting", "version", version.Version, "commit", version.Commit)
@@ -94,11 +82,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case cfg.Missing:
 		log.Warn("no configuration; running with no rules until the runtime passes one", "path", config.DefaultPath)
 	}
-	if *socket != "" {
-		cfg.NRI.Socket = *socket
+	if f.socket != "" {
+		cfg.NRI.Socket = f.socket
 	}
-	if *metricsAddr != "" {
-		cfg.NRI.MetricsAddress = *metricsAddr
+	if f.metricsAddr != "" {
+		cfg.NRI.MetricsAddress = f.metricsAddr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -109,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	p := nriplugin.New(cfg, cfgErr, *root, log, m)
+	p := nriplugin.New(cfg, cfgErr, f.root, log, m)
 	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

@@ -8,16 +8,18 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/cli"
 	"github.com/oomguard/oomguard/internal/install"
+	"github.com/oomguard/oomguard/internal/systemd"
 )
 
 func installCommand(name, help string) *cli.Command {
 	var o install.NRIOptions
+	var restart bool
 	return &cli.Command{
 		Name: name, Help: help,
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&o.Root, "root", "/", "the node's filesystem root `DIR`")
 			fs.BoolVar(&o.DryRun, "dry-run", false, "show what would change without changing anything")
-			fs.BoolVar(&o.Restart, "restart-runtime", false, "restart the runtime through the node's systemd when its configuration changed (running containers keep running)")
+			fs.BoolVar(&restart, "restart-runtime", false, "restart the runtime through the node's systemd when its configuration changed (running containers keep running)")
 			if name == "uninstall" {
 				return
 			}
@@ -29,6 +31,9 @@ func installCommand(name, help string) *cli.Command {
 			fs.IntVar(&o.ContainerdConfigVersion, "containerd-config-version", 0, "config `VERSION` for a new containerd config.toml: 2 (containerd 1.7) or 3 (2.x); 0 keeps the existing one's")
 		},
 		Run: func(_ context.Context, _ []string, s cli.IO) int {
+			if restart {
+				o.Restart = systemd.RestartUnit
+			}
 			var err error
 			if name == "uninstall" {
 				err = install.UninstallNRI(o.Root, o.DryRun, o.Restart, s.Stdout)

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -52,11 +53,12 @@ const (
 	labelContainer = "io.kubernetes.container.name"
 )
 
-// Where each runtime keeps a container's bundle, by default.
-var (
-	containerdBundle = regexp.MustCompile(`/io\.containerd\.runtime\.v2\.task/[^/]+/[^/]+/?$`)
-	crioBundle       = regexp.MustCompile(`/[^/]+-containers/[0-9a-f]{64}/userdata/?$`)
-)
+// Where each runtime keeps a container's bundle, by default; compiled only
+// for a spec with both runtimes' keys, since the hook starts once per container.
+var bundles = sync.OnceValues(func() (containerd, crio *regexp.Regexp) {
+	return regexp.MustCompile(`/io\.containerd\.runtime\.v2\.task/[^/]+/[^/]+/?$`),
+		regexp.MustCompile(`/[^/]+-containers/[0-9a-f]{64}/userdata/?$`)
+})
 
 // whichRuntime tells the runtime that wrote a spec by the keys only it writes.
 // A spec with both runtimes' keys (one runtime passed the other's through
@@ -69,9 +71,14 @@ func whichRuntime(ann map[string]string, bundle string) string {
 		return RuntimeContainerd
 	case crio && !ctrd:
 		return RuntimeCRIO
-	case ctrd && crio && containerdBundle.MatchString(bundle):
+	case !ctrd:
+		return RuntimeUnknown
+	}
+	containerdBundle, crioBundle := bundles()
+	switch {
+	case containerdBundle.MatchString(bundle):
 		return RuntimeContainerd
-	case ctrd && crio && crioBundle.MatchString(bundle):
+	case crioBundle.MatchString(bundle):
 		return RuntimeCRIO
 	}
 	return RuntimeUnknown

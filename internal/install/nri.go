@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 
@@ -45,10 +46,14 @@ type NRIOptions struct {
 	ContainerdConfigVersion int
 	// Socket is the NRI socket the runtime listens on; "" is the configuration's.
 	Socket string
-	// Restart restarts the runtimes whose configuration changed, through
-	// the node's systemd; otherwise install says to.
-	Restart bool
+	// Restart restarts the runtimes whose configuration changed with it
+	// (the node's systemd); nil leaves that to the operator, as install says.
+	Restart Restarter
 }
+
+// Restarter restarts a runtime's systemd unit on the node under root, and
+// returns its job.
+type Restarter func(root, unit string) (job string, err error)
 
 // NRI puts the plugin where the runtime launches it, with its configuration,
 // and enables NRI with drop-in files.
@@ -123,7 +128,7 @@ func units(containerd, crio bool) []string {
 
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the
 // runtimes when asked and something changed.
-func UninstallNRI(root string, dryRun, restart bool, out io.Writer) error {
+func UninstallNRI(root string, dryRun bool, restart Restarter, out io.Writer) error {
 	w, err := undo(root, NRIManifest, dryRun, out)
 	if err != nil {
 		return err
@@ -146,7 +151,7 @@ func undo(root, record string, dryRun bool, out io.Writer) (*changes.Set, error)
 
 // apply makes the runtimes read what changed: nothing when nothing did; a
 // restart through systemd when allowed; else what to run.
-func apply(w *changes.Set, root string, units []string, restart bool) error {
+func apply(w *changes.Set, root string, units []string, restart Restarter) error {
 	out := w.Out()
 	switch {
 	case !w.Changed():
@@ -155,12 +160,12 @@ func apply(w *changes.Set, root string, units []string, restart bool) error {
 	case w.DryRun():
 		fmt.Fprintf(out, "would: restart %s to apply\n", strings.Join(units, " "))
 		return nil
-	case !restart:
+	case restart == nil:
 		fmt.Fprintf(out, "restart the runtime to apply: systemctl restart %s\n", strings.Join(units, " "))
 		return nil
 	}
 	for _, u := range units {
-		job, err := RestartUnit(root, u)
+		job, err := restart(root, u)
 		if err != nil {
 			return fmt.Errorf("the configuration changed but %s was not restarted: %w", u, err)
 		}
@@ -264,9 +269,10 @@ func importedDropIn(imports []string) (dropIn, imp string) {
 	return "", ""
 }
 
+// Compiled when used: oomguard-hook links this package and starts once per container.
 var (
-	versionLine  = regexp.MustCompile(`(?m)^version\s*=\s*(\d+)\s*$`)
-	emptyImports = regexp.MustCompile(`(?m)^imports\s*=\s*\[\s*\]\s*$`)
+	versionLine  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^version\s*=\s*(\d+)\s*$`) })
+	emptyImports = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^imports\s*=\s*\[\s*\]\s*$`) })
 )
 
 // containerd writes the NRI drop-in and makes the main config import it:
@@ -278,7 +284,7 @@ func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
 		return fmt.Errorf("read %s: %w", ContainerdConfig, err)
 	}
 	version := wantVersion
-	if m := versionLine.FindSubmatch(main); m != nil {
+	if m := versionLine().FindSubmatch(main); m != nil {
 		fmt.Sscan(string(m[1]), &version)
 	}
 	if version == 0 {
@@ -312,9 +318,9 @@ func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
 	}
 	line := fmt.Sprintf("imports = [%q]\n", containerdImports)
 	var updated []byte
-	switch loc := versionLine.FindIndex(main); {
-	case emptyImports.Match(main): // `containerd config default` writes imports = []
-		updated = emptyImports.ReplaceAll(main, []byte(strings.TrimSuffix(line, "\n")))
+	switch loc := versionLine().FindIndex(main); {
+	case emptyImports().Match(main): // `containerd config default` writes imports = []
+		updated = emptyImports().ReplaceAll(main, []byte(strings.TrimSuffix(line, "\n")))
 	case main == nil:
 		updated = []byte(fmt.Sprintf("# Written by oomguard-nri install.\nversion = %d\n%s", version, line))
 	case loc != nil:

@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"regexp"
-	"strings"
-)
+import "strings"
 
 // QoS classes as kubelet names them, lower-cased.
 const (
@@ -16,10 +13,54 @@ const (
 // level, one cgroup per pod, one per container, named by either driver:
 // cgroupfs "/kubepods/burstable/pod<uid>/<id>", systemd
 // "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope".
-var (
-	podRE       = regexp.MustCompile(`(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-z]+)(\.slice)?$`)
-	ctrPrefixes = []string{"cri-containerd-", "crio-conmon-", "crio-", "docker-", "libpod-", "containerd-"}
-)
+var ctrPrefixes = []string{"cri-containerd-", "crio-conmon-", "crio-", "docker-", "libpod-", "containerd-"}
+
+// podUID is the pod's UID in a pod cgroup's name: "pod<uid>" or
+// "…-pod<uid>.slice", the UID as kubelet writes it (a UUID, with '_' for
+// '-' under systemd, or lower-case letters and digits). It is the regexp
+// `(?:^|-)pod(UUID|[0-9a-z]+)(\.slice)?$` written out, which the hook would
+// otherwise compile at every container's creation (a test holds them equal).
+func podUID(name string) (string, bool) {
+	s := strings.TrimSuffix(name, ".slice")
+	for i := 0; i+3 <= len(s); i++ {
+		if s[i:i+3] != "pod" || (i > 0 && s[i-1] != '-') {
+			continue
+		}
+		if uid := s[i+3:]; isUUID(uid) || isLowerAlnum(uid) {
+			return uid, true
+		}
+	}
+	return "", false
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' && c != '_' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isLowerAlnum(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // KubeContainer splits a cgroup path as kubelet and the runtimes lay it out
 // into its pod and container cgroups:
@@ -32,12 +73,12 @@ func KubeContainer(cg string) (pod, ctrCgroup, id string, ok bool) {
 	parts := strings.Split(strings.Trim(cg, "/"), "/")
 	below := false // below kubelet's kubepods cgroup
 	for i, p := range parts {
-		m := podRE.FindStringSubmatch(p)
-		if m == nil || !below || i+1 >= len(parts) {
+		uid, ok := podUID(p)
+		if !ok || !below || i+1 >= len(parts) {
 			below = below || p == "kubepods" || p == "kubepods.slice" || strings.HasPrefix(p, "kubepods-") || strings.Contains(p, "-kubepods")
 			continue
 		}
-		pod = strings.ReplaceAll(m[1], "_", "-")
+		pod = strings.ReplaceAll(uid, "_", "-")
 		id = parts[i+1]
 		for _, pre := range ctrPrefixes {
 			id = strings.TrimPrefix(id, pre)

@@ -1,4 +1,8 @@
-package install
+// Package systemd talks to a node's systemd over its private D-Bus socket, as
+// systemctl does as root: oomguard restarts a runtime through it when the
+// operator allowed it. It is apart from package install so that programs
+// that never restart anything (oomguard-hook) do not link D-Bus.
+package systemd
 
 import (
 	"context"
@@ -18,8 +22,8 @@ const systemdPrivate = "/run/systemd/private"
 // RestartUnit asks the node's systemd to restart unit, as `systemctl
 // restart` does, and returns its job; root is the node's filesystem root,
 // whose /run/systemd must be the node's.
-func RestartUnit(root, unit string) (dbus.ObjectPath, error) {
-	if !exists(filepath.Join(root, "/run/systemd/system")) {
+func RestartUnit(root, unit string) (string, error) {
+	if _, err := os.Stat(filepath.Join(root, "/run/systemd/system")); err != nil {
 		return "", fmt.Errorf("the node does not run systemd (no %s): restart the runtime yourself", filepath.Join(root, "/run/systemd/system"))
 	}
 	sock := filepath.Join(root, systemdPrivate)
@@ -39,5 +43,5 @@ func RestartUnit(root, unit string) (dbus.ObjectPath, error) {
 	if err != nil {
 		return "", fmt.Errorf("systemd RestartUnit %s: %w", unit, err)
 	}
-	return job, nil
+	return string(job), nil
 }

@@ -31,7 +31,7 @@ HOST_E2E_PKGS := ./hook/... ./initshim/... ./nri-plugin/... ./imagepatch/... ./i
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench demo lint deps clean image
+.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench bench-smoke demo lint deps clean image
 
 all: build
 
@@ -112,3 +112,7 @@ deps:
 
 clean:
 	rm -rf $(BIN) $(BUILD)
+
+# Every benchmark section once, small, no goal judged: CI's check that they still run.
+bench-smoke:
+	$(GO) run ./bench --smoke

@@ -25,11 +25,11 @@ import (
 func init() { sections = append(sections, section{"imagepatch", benchImagepatch}) }
 
 const (
-	benchJobs     = 8
-	benchTags     = 200
-	benchLayerMiB = 10
-	craneVersion  = "v0.22.1"
+	benchJobs    = 8
+	craneVersion = "v0.22.1"
 )
+
+var benchTags, benchLayerMiB = 200, 10
 
 // benchImagepatch patches 200 tags of 3 × 10 MB layers in Debian's registry
 // with imagepatch, and the same patch with a loop of crane append + crane
@@ -87,7 +87,7 @@ func benchImagepatch(int) (bool, error) {
 	}
 	patchLayer, _ := imagepatch.ShimSpec().Layer("amd64", types.OCILayer)
 	pl, _ := patchLayer.Size()
-	perTag := float64(up-pl) / benchTags
+	perTag := float64(up-pl) / float64(benchTags)
 
 	// The same work as a user would script it: crane append + crane mutate
 	// per tag, benchJobs tags at a time (xargs -P), like imagepatch --jobs.
@@ -101,7 +101,7 @@ func benchImagepatch(int) (bool, error) {
 	ok := speedup >= 5 && perTag <= 16<<10 && baseDown == 0
 	fmt.Printf("imagepatch: %d tags of 3 × %d MB layers in Debian's docker-registry\n", benchTags, benchLayerMiB)
 	fmt.Printf("  %-44s %10s\n", fmt.Sprintf("crane append + crane mutate, %d at a time", benchJobs), fmt.Sprintf("%.1f s", craneTime.Seconds()))
-	fmt.Printf("  %-44s %10s %6.1f requests a tag\n", fmt.Sprintf("imagepatch apply --jobs %d", benchJobs), fmt.Sprintf("%.1f s", ipTime.Seconds()), float64(requests)/benchTags)
+	fmt.Printf("  %-44s %10s %6.1f requests a tag\n", fmt.Sprintf("imagepatch apply --jobs %d", benchJobs), fmt.Sprintf("%.1f s", ipTime.Seconds()), float64(requests)/float64(benchTags))
 	fmt.Printf("  speed-up %.1f× (goal ≥ 5×); uploaded %.1f KiB per tag after the patch layer (goal ≤ 16 KiB); base-layer bytes downloaded: %d (goal 0): %s\n",
 		speedup, perTag/1024, baseDown, verdict(ok))
 	return ok, nil
@@ -112,7 +112,7 @@ func seedBench(host string, repos []string) ([]string, error) {
 	var layers []v1.Layer
 	var digests []string
 	for range 3 {
-		l, err := random.Layer(benchLayerMiB<<20, types.OCILayer)
+		l, err := random.Layer(int64(benchLayerMiB)<<20, types.OCILayer)
 		if err != nil {
 			return nil, err
 		}

@@ -16,14 +16,20 @@ import (
 // What only the doctor reads of /proc and /sys, through the kernel
 // package's bounded, non-blocking reads, and the OOM killer's arithmetic.
 
+// readParsed reads the file p (up to limit bytes) and parses it.
+func readParsed[T any](p string, limit int64, parse func([]byte) (T, error)) (T, error) {
+	b, err := kernel.ReadFile(p, limit)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return parse(b)
+}
+
 // cmdlineParams parses /proc/cmdline into its parameters, in order; a
 // parameter may repeat (console= often does).
 func cmdlineParams(root string) ([][2]string, error) {
-	b, err := kernel.ReadFile(filepath.Join(root, "proc", "cmdline"), kernel.MaxSmall)
-	if err != nil {
-		return nil, err
-	}
-	return parseCmdlineParams(b)
+	return readParsed(filepath.Join(root, "proc", "cmdline"), kernel.MaxSmall, parseCmdlineParams)
 }
 
 func parseCmdlineParams(b []byte) ([][2]string, error) {
@@ -44,11 +50,7 @@ type console struct {
 
 // readConsoles reads /proc/consoles.
 func readConsoles(root string) ([]console, error) {
-	b, err := kernel.ReadFile(filepath.Join(root, "proc", "consoles"), kernel.MaxSmall)
-	if err != nil {
-		return nil, err
-	}
-	return parseConsoles(b)
+	return readParsed(filepath.Join(root, "proc", "consoles"), kernel.MaxSmall, parseConsoles)
 }
 
 func parseConsoles(b []byte) ([]console, error) {
@@ -83,11 +85,7 @@ func (c cpuTimes) Total() uint64 {
 
 // readCPUTimes parses a /proc/stat-format file under root (proc/stat normally).
 func readCPUTimes(root, file string) ([]cpuTimes, error) {
-	b, err := kernel.ReadFile(filepath.Join(root, file), kernel.MaxTable)
-	if err != nil {
-		return nil, err
-	}
-	return parseCPUTimes(b)
+	return readParsed(filepath.Join(root, file), kernel.MaxTable, parseCPUTimes)
 }
 
 func parseCPUTimes(b []byte) ([]cpuTimes, error) {
@@ -126,11 +124,7 @@ type interrupt struct {
 
 // readInterrupts reads /proc/interrupts.
 func readInterrupts(root string) ([]interrupt, error) {
-	b, err := kernel.ReadFile(filepath.Join(root, "proc", "interrupts"), kernel.MaxTable)
-	if err != nil {
-		return nil, err
-	}
-	return parseInterrupts(b)
+	return readParsed(filepath.Join(root, "proc", "interrupts"), kernel.MaxTable, parseInterrupts)
 }
 
 func parseInterrupts(b []byte) ([]interrupt, error) {

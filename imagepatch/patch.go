@@ -274,61 +274,59 @@ func (p *Patcher) build(src name.Tag, opts []remote.Option) (*built, string, err
 		return nil, "", fmt.Errorf("read %s: %w", src, err)
 	}
 	b := &built{baseTag: src, base: src.Context().Digest(desc.Digest.String()).String()}
+	// What the source records, how to read its recorded base instead, and
+	// how to patch what was read.
+	var labels map[string]string
+	var reread func(name.Digest) error
+	var patch func() error
 	switch {
 	case desc.MediaType.IsIndex():
 		idx, err := desc.ImageIndex()
+		var im *v1.IndexManifest
+		if err == nil {
+			im, err = idx.IndexManifest()
+		}
 		if err != nil {
 			return nil, "", fmt.Errorf("read index %s: %w", src, err)
 		}
-		im, err := idx.IndexManifest()
-		if err != nil {
-			return nil, "", fmt.Errorf("read index %s: %w", src, err)
-		}
-		if skip, err := p.rebase(b, im.Annotations, src, opts); err != nil || skip != "" {
-			return nil, skip, err
-		}
-		if b.upgraded {
-			if idx, err = remote.Index(src.Context().Digest(b.digestOfBase()), opts...); err != nil {
-				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
-			}
-		}
-		return b, "", p.patchIndex(b, idx, desc.MediaType)
+		labels = im.Annotations
+		reread = func(base name.Digest) (err error) { idx, err = remote.Index(base, opts...); return err }
+		patch = func() error { return p.patchIndex(b, idx, desc.MediaType) }
 	case desc.MediaType.IsImage():
 		img, err := desc.Image()
+		var cfg *v1.ConfigFile
+		if err == nil {
+			cfg, err = img.ConfigFile()
+		}
 		if err != nil {
 			return nil, "", fmt.Errorf("read image %s: %w", src, err)
 		}
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			return nil, "", fmt.Errorf("read config of %s: %w", src, err)
-		}
-		if skip, err := p.rebase(b, cfg.Config.Labels, src, opts); err != nil || skip != "" {
-			return nil, skip, err
-		}
-		if b.upgraded {
-			if img, err = remote.Image(src.Context().Digest(b.digestOfBase()), opts...); err != nil {
-				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+		labels = cfg.Config.Labels
+		reread = func(base name.Digest) (err error) { img, err = remote.Image(base, opts...); return err }
+		patch = func() error {
+			if arch := cfg.Architecture; !p.spec.Supports(arch) {
+				return fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
 			}
+			var err error
+			if b.img, err = p.patchImage(img, cfg.Architecture, b.base, b.baseTag); err != nil {
+				return err
+			}
+			b.digest, err = b.img.Digest()
+			return err
 		}
-		arch := cfg.Architecture
-		if !p.spec.Supports(arch) {
-			return nil, "", fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
-		}
-		if b.img, err = p.patchImage(img, arch, b.base, b.baseTag); err != nil {
-			return nil, "", err
-		}
-		b.digest, err = b.img.Digest()
-		return b, "", err
 	default:
 		return nil, "", fmt.Errorf("%s is %s, not an image or an image index", src, desc.MediaType)
 	}
+	if skip, err := p.rebase(b, labels, src, reread); err != nil || skip != "" {
+		return nil, skip, err
+	}
+	return b, "", patch()
 }
 
-func (b *built) digestOfBase() string { _, d, _ := strings.Cut(b.base, "@"); return d }
-
 // rebase looks at what the source records. The same patch and version: the
-// source is a result, skip it. Another version: start from the recorded base.
-func (p *Patcher) rebase(b *built, labels map[string]string, src name.Tag, opts []remote.Option) (string, error) {
+// source is a result, skip it. Another version: start from the recorded
+// base, which reread fetches in place of the source.
+func (p *Patcher) rebase(b *built, labels map[string]string, src name.Tag, reread func(name.Digest) error) (string, error) {
 	if labels[LabelName] != p.spec.Name {
 		return "", nil
 	}
@@ -345,8 +343,12 @@ func (p *Patcher) rebase(b *built, labels map[string]string, src name.Tag, opts 
 	}
 	// Keep the registry we reach the source by (it may be a mirror or http).
 	b.baseTag = src.Context().Tag(tag.TagStr())
-	b.base = src.Context().Digest(baseDigest).String()
+	base := src.Context().Digest(baseDigest)
+	b.base = base.String()
 	b.upgraded = true
+	if err := reread(base); err != nil {
+		return "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+	}
 	return "", nil
 }
 
@@ -534,7 +536,7 @@ func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
 	if err := p.pusher.Upload(ctx, dst.Context(), cl); err != nil {
 		return fmt.Errorf("upload the config of %s: %w", dst, err)
 	}
-	// Put, not Push: do() has just seen that the tag does not exist.
+	// Put, not Push: plan has just seen that the tag does not exist.
 	if err := p.pusher.Put(ctx, dst, b.img); err != nil {
 		return fmt.Errorf("push %s: %w", dst, err)
 	}

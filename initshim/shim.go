@@ -56,7 +56,7 @@ func run(args, env []string, pid int, o ops) int {
 	if err == nil {
 		err = o.exec(path, opts.argv, env)
 	}
-	o.write(2, "oomguard-init: " + opts.argv[0] + ": " + err.Error())
+	o.write(2, "oomguard-init: "+opts.argv[0]+": "+err.Error())
 	if err == syscall.ENOENT || err == syscall.ENOTDIR {
 		return 127
 	}
@@ -68,7 +68,7 @@ const scoreFile = "/proc/self/oom_score_adj"
 func setScore(want int, allowLower bool, o ops) {
 	if b, err := o.readFile(scoreFile); err == nil && !allowLower {
 		if cur, ok := atoi(trimSpace(string(b))); ok && want < cur {
-			o.write(2, "oomguard-init: keeping oom_score_adj " + itoa(cur) + ", not lowering it to " + itoa(want) + " (pass --allow-lower to lower it)")
+			o.write(2, "oomguard-init: keeping oom_score_adj "+itoa(cur)+", not lowering it to "+itoa(want)+" (pass --allow-lower to lower it)")
 			return
 		}
 	}
@@ -77,7 +77,7 @@ func setScore(want int, allowLower bool, o ops) {
 		if err == syscall.EACCES || err == syscall.EPERM {
 			why += " (lowering the score needs CAP_SYS_RESOURCE)"
 		}
-		o.write(2, "oomguard-init: cannot set oom_score_adj to " + itoa(want) + ": " + why)
+		o.write(2, "oomguard-init: cannot set oom_score_adj to "+itoa(want)+": "+why)
 	}
 }
 
@@ -86,7 +86,7 @@ func setScore(want int, allowLower bool, o ops) {
 func setGroup(on bool, o ops) {
 	b, err := o.readFile("/proc/self/cgroup")
 	if err != nil {
-		o.write(2, "oomguard-init: memory.oom.group skipped: cannot read /proc/self/cgroup: " + err.Error())
+		o.write(2, "oomguard-init: memory.oom.group skipped: cannot read /proc/self/cgroup: "+err.Error())
 		return
 	}
 	cg, ok := unifiedPath(string(b))
@@ -107,7 +107,7 @@ func setGroup(on bool, o ops) {
 		if err == syscall.EROFS {
 			why = "read-only cgroup filesystem"
 		}
-		o.write(2, "oomguard-init: memory.oom.group skipped: " + file + ": " + why)
+		o.write(2, "oomguard-init: memory.oom.group skipped: "+file+": "+why)
 	}
 }
 

@@ -94,14 +94,8 @@ func ProcCgroup(root string, mode Mode, pid int) (string, error) {
 // hold ':'): the "0::" line on v2, the memory controller's line on v1 and
 // hybrid. It allocates only the path.
 func CgroupPath(b []byte, mode Mode) (string, error) {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		id, rest, ok := bytes.Cut(line, []byte(":"))
+	for line := range bytes.Lines(b) {
+		id, rest, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte(":"))
 		if !ok {
 			continue
 		}

@@ -150,14 +150,8 @@ func ParseInt(b []byte) (int, bool) {
 // equal), without linking that package into the hook.
 func KeyValues(b []byte) map[string]uint64 {
 	kv := map[string]uint64{}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		k, v, ok := bytes.Cut(line, []byte(" "))
+	for line := range bytes.Lines(b) {
+		k, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte(" "))
 		if !ok || len(k) == 0 {
 			continue
 		}

@@ -1,4 +1,4 @@
-// Package vmharness boots a real Linux kernel with cgroup v2 in QEMU, from an
+// Package vm boots a real Linux kernel with cgroup v2 in QEMU, from an
 // initramfs holding busybox, runc, oomguard's binaries and a scenario, and
 // reads the scenario's results from the serial console. Each scenario is one
 // file: what the VM runs, once per variant (without oomguard, with each part

@@ -40,7 +40,7 @@ func TestInstall(t *testing.T) {
 	args := append([]string{"--root", root, "--hooks-dir", dir}, hookArgs...)
 	target := filepath.Join(root, dir, "oomguard.json")
 
-	if code, out, errb := runCLI(append([]string{"install", "--dry-run"}, args...)...); code != 0 || !strings.Contains(out, "would: wrote "+dir+"/oomguard.json") {
+	if code, out, errb := runCLI(append([]string{"install", "--dry-run"}, args...)...); code != 0 || !strings.Contains(out, "would: write "+dir+"/oomguard.json") {
 		t.Fatalf("dry run: exit %d, %q %q", code, out, errb)
 	}
 	if _, err := os.Stat(target); err == nil {
@@ -163,7 +163,7 @@ func TestInstallCopiesFromContainer(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(cfg, []byte("strict = false\n"), 0o644)
 	args := []string{"install", "--root", root, "--copy", "--hook-path", "/opt/oomguard/bin/oomguard-hook", "--config", cfg}
-	if code, out, errs := runCLI(append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would: wrote /opt/oomguard/bin/oomguard-hook") {
+	if code, out, errs := runCLI(append(args, "--dry-run")...); code != 0 || !strings.Contains(out, "would: write /opt/oomguard/bin/oomguard-hook") {
 		t.Fatalf("dry run: %d %s %s", code, out, errs)
 	}
 	if code, out, errs := runCLI(args...); code != 0 {

@@ -426,8 +426,8 @@ func TestInstallErrors(t *testing.T) {
 		{"no runtime", nil, nil, "found neither /etc/containerd nor /etc/crio"},
 		{"bad runtime", nil, []string{"--runtime", "docker"}, `--runtime "docker"`},
 		{"imports of single files", map[string]string{install.ContainerdConfig: "version = 2\nimports = [\"/etc/containerd/extra.toml\"]\n"}, nil, "add \"/etc/containerd/conf.d/*.toml\" to its imports"},
-		{"broken containerd config", map[string]string{install.ContainerdConfig: "version = 2\n[plugins\n"}, nil, "is not valid TOML"},
-		{"unsupported version", map[string]string{install.ContainerdConfig: "version = 1\n"}, nil, "version = 1"},
+		{"broken containerd config", map[string]string{install.ContainerdConfig: "version = 2\n[plugins\n"}, nil, "is not TOML containerd can read"},
+		{"unsupported version", map[string]string{install.ContainerdConfig: "version = 4\n"}, nil, "version = 4"},
 		{"invalid oomguard config", map[string]string{"/etc/crio/crio.conf": "", "/etc/oomguard/config.toml": "strict = maybe"}, nil, "fix the configuration first"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

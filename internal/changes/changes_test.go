@@ -50,10 +50,10 @@ func TestFilesRoundTrip(t *testing.T) {
 	if err := s.Symlink("/etc/link.conf", "/etc/d/drop-in.conf"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Modify("/etc/main.conf", []byte("changed\n"), 0o644, ".bak", "edited"); err != nil {
+	if err := s.Modify("/etc/main.conf", []byte("changed\n"), ".bak", "edited"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Save(); err != nil {
+	if err := s.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if !s.Changed() || read(t, root, "/etc/main.conf.bak") != "original\n" || read(t, root, "/etc/main.conf") != "changed\n" {
@@ -68,7 +68,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	again, out := open(t, root, false)
 	again.WriteFile("/etc/d/drop-in.conf", []byte("ours\n"), 0o644)
 	again.Symlink("/etc/link.conf", "/etc/d/drop-in.conf")
-	again.Modify("/etc/main.conf", []byte("changed\n"), 0o644, ".bak", "edited")
+	again.Modify("/etc/main.conf", []byte("changed\n"), ".bak", "edited")
 	if again.Changed() || strings.Count(out.String(), "unchanged") != 3 {
 		t.Fatalf("a second run must change nothing:\n%s", out)
 	}
@@ -94,8 +94,8 @@ func TestUndoLeavesOthersChanges(t *testing.T) {
 	s, _ := open(t, root, false)
 	s.WriteFile("/etc/d/drop-in.conf", []byte("ours\n"), 0o644)
 	s.Symlink("/etc/link.conf", "/etc/d/drop-in.conf")
-	s.Modify("/etc/main.conf", []byte("changed\n"), 0o644, ".bak", "edited")
-	s.Save()
+	s.Modify("/etc/main.conf", []byte("changed\n"), ".bak", "edited")
+	s.Commit()
 	write(t, root, "/etc/d/drop-in.conf", "the operator's\n")
 	write(t, root, "/etc/main.conf", "changed, then the operator's\n")
 	os.Remove(filepath.Join(root, "/etc/link.conf"))
@@ -122,9 +122,9 @@ func TestDryRunChangesNothing(t *testing.T) {
 	vals := map[string]string{"vm.x": "1"}
 	s, out := open(t, root, true)
 	s.WriteFile("/etc/d/drop-in.conf", []byte("ours\n"), 0o644)
-	s.Modify("/etc/main.conf", []byte("changed\n"), 0o644, ".bak", "edited")
+	s.Modify("/etc/main.conf", []byte("changed\n"), ".bak", "edited")
 	s.SetValue(value("vm.x", vals), "0")
-	if err := s.Save(); err != nil {
+	if err := s.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if !s.Changed() || vals["vm.x"] != "1" || read(t, root, "/etc/main.conf") != "original\n" ||
@@ -144,14 +144,14 @@ func TestValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SetValue(value("vm.y", vals), "7")
-	s.Save()
+	s.Commit()
 	if vals["vm.x"] != "0" {
 		t.Fatal("not set")
 	}
 	// A second run with another value keeps the first original.
 	s, _ = open(t, root, false)
 	s.SetValue(value("vm.x", vals), "2")
-	s.Save()
+	s.Commit()
 	if b, _ := s.Before("vm.x"); b != "1" {
 		t.Fatalf("before = %q, want the first original", b)
 	}

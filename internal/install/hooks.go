@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/oomguard/oomguard/internal/changes"
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // DefaultHooksDir is where CRI-O and podman read hook definitions unless
@@ -78,6 +79,14 @@ type HooksDir struct {
 // hooks_dir from crio.conf and its drop-ins, podman's from containers.conf
 // and its drop-ins, each runtime's default where its configuration sets none.
 func HooksDirs(root string) ([]HooksDir, error) {
+	w, err := changes.Open(root, HookManifest, true, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	return hooksDirs(w)
+}
+
+func hooksDirs(w *changes.Set) ([]HooksDir, error) {
 	var out []HooksDir
 	add := func(dirs []string, why string) {
 		for _, d := range dirs {
@@ -86,9 +95,8 @@ func HooksDirs(root string) ([]HooksDir, error) {
 			}
 		}
 	}
-	host := func(p string) string { return filepath.Join(root, p) }
-	if exists(host("/etc/crio")) || exists(host("/usr/bin/crio")) || exists(host("/usr/local/bin/crio")) {
-		dirs, from, err := lastSet(host, []string{"/etc/crio/crio.conf"}, "/etc/crio/crio.conf.d", "*", // CRI-O reads every file there
+	if w.Exists("/etc/crio") || w.Exists("/usr/bin/crio") || w.Exists("/usr/local/bin/crio") {
+		dirs, from, err := lastSet(w, []string{"/etc/crio/crio.conf"}, "/etc/crio/crio.conf.d", "*", // CRI-O reads every file there
 			func(c *runtimeConf) []string { return c.Crio.Runtime.HooksDir })
 		if err != nil {
 			return nil, err
@@ -98,8 +106,8 @@ func HooksDirs(root string) ([]HooksDir, error) {
 		}
 		add(dirs, "CRI-O's hooks_dir ("+from+")")
 	}
-	if exists(host("/usr/share/containers/containers.conf")) || exists(host("/etc/containers")) || exists(host("/usr/bin/podman")) {
-		dirs, from, err := lastSet(host, []string{"/usr/share/containers/containers.conf", "/etc/containers/containers.conf"},
+	if w.Exists("/usr/share/containers/containers.conf") || w.Exists("/etc/containers") || w.Exists("/usr/bin/podman") {
+		dirs, from, err := lastSet(w, []string{"/usr/share/containers/containers.conf", "/etc/containers/containers.conf"},
 			"/etc/containers/containers.conf.d", "*.conf", func(c *runtimeConf) []string { return c.Engine.HooksDir })
 		if err != nil {
 			return nil, err
@@ -129,27 +137,29 @@ type runtimeConf struct {
 
 // lastSet reads files, then the drop-ins of dir in name order, and returns
 // the last value get finds set, and the file that set it.
-func lastSet(host func(string) string, files []string, dir, glob string, get func(*runtimeConf) []string) ([]string, string, error) {
-	matches, _ := filepath.Glob(filepath.Join(host(dir), glob))
-	sort.Strings(matches)
+func lastSet(w *changes.Set, files []string, dir, glob string, get func(*runtimeConf) []string) ([]string, string, error) {
 	var dropins []string
-	for _, m := range matches {
-		if st, err := os.Stat(m); err == nil && st.Mode().IsRegular() {
-			dropins = append(dropins, m)
+	if h, err := w.Host(dir); err == nil {
+		ents, _ := os.ReadDir(h)
+		for _, e := range ents {
+			if ok, _ := filepath.Match(glob, e.Name()); ok && e.Type().IsRegular() {
+				dropins = append(dropins, filepath.Join(dir, e.Name()))
+			}
 		}
 	}
-	paths := make([]string, 0, len(files)+len(dropins))
-	for _, f := range files {
-		paths = append(paths, host(f))
-	}
+	sort.Strings(dropins)
 	var val []string
 	var from string
-	for _, p := range append(paths, dropins...) {
+	for _, p := range append(slices.Clone(files), dropins...) {
+		b, err := w.ReadFile(p, changes.MaxFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		var c runtimeConf
-		if _, err := toml.DecodeFile(p, &c); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
+		if err == nil {
+			_, err = toml.Decode(string(b), &c)
+		}
+		if err != nil {
 			return nil, "", fmt.Errorf("read %s: %w", p, err)
 		}
 		if v := get(&c); v != nil {
@@ -211,11 +221,16 @@ func HookDocument(o HookOptions) ([]byte, error) {
 
 // Hook writes the hooks.d file into every directory the node's runtimes
 // read (or o.Dir), and records what it wrote; a second run changes nothing.
-func Hook(o HookOptions, out io.Writer) error {
+func Hook(o HookOptions, out io.Writer) (err error) {
 	w, err := changes.Open(o.Root, HookManifest, o.DryRun, out)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if rerr := w.Rollback(); err == nil {
+			err = rerr
+		}
+	}()
 	if o.Copy {
 		if err := copyHook(w, &o); err != nil {
 			return err
@@ -227,7 +242,7 @@ func Hook(o HookOptions, out io.Writer) error {
 	}
 	dirs := []HooksDir{{o.Dir, "--hooks-dir"}}
 	if o.Dir == "" {
-		if dirs, err = HooksDirs(o.Root); err != nil {
+		if dirs, err = hooksDirs(w); err != nil {
 			return err
 		}
 	}
@@ -237,7 +252,7 @@ func Hook(o HookOptions, out io.Writer) error {
 			return err
 		}
 	}
-	return w.Save()
+	return w.Commit()
 }
 
 // copyHook writes this binary and this filesystem's configuration to the
@@ -257,7 +272,7 @@ func copyHook(w *changes.Set, o *HookOptions) error {
 		from, to string
 		mode     os.FileMode
 	}{{exe, o.HookPath, 0o755}, {o.ConfigPath, o.ConfigPath, 0o644}} {
-		b, err := os.ReadFile(c.from)
+		b, err := safeio.ReadFile(c.from, maxBinary)
 		if err != nil {
 			return fmt.Errorf("read %s to copy to the node: %w", c.from, err)
 		}

@@ -7,14 +7,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/changes"
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // Paths on the node; install writes them below its root.
@@ -56,14 +53,22 @@ type NRIOptions struct {
 type Restarter func(root, unit string) (job string, err error)
 
 // NRI puts the plugin where the runtime launches it, with its configuration,
-// and enables NRI with drop-in files.
-func NRI(o NRIOptions, out io.Writer) error {
+// and enables NRI with drop-in files. It is one transaction: a step that
+// fails undoes the steps before it.
+func NRI(o NRIOptions, out io.Writer) (err error) {
 	w, err := changes.Open(o.Root, NRIManifest, o.DryRun, out)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if rerr := w.Rollback(); err == nil {
+			err = rerr
+		}
+	}()
 	cfg := config.Default()
-	if c, err := config.Load(w.Host(o.ConfigPath)); err == nil {
+	if h, herr := w.Host(o.ConfigPath); herr != nil {
+		return herr
+	} else if c, err := config.Load(h); err == nil {
 		cfg = c
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: fix the configuration first", err)
@@ -73,25 +78,9 @@ func NRI(o NRIOptions, out io.Writer) error {
 	if o.Socket != "" {
 		cfg.NRI.Socket = o.Socket
 	}
-	var useContainerd, useCRIO bool
-	switch o.Runtime {
-	case "auto", "":
-		useContainerd = exists(w.Host("/etc/containerd"))
-		useCRIO = exists(w.Host("/etc/crio"))
-		if !useContainerd && !useCRIO {
-			if err := generatedConfig(w, cfg); err != nil {
-				return err
-			}
-			return errors.New("found neither /etc/containerd nor /etc/crio: pass --runtime containerd or --runtime crio")
-		}
-	case "containerd":
-		useContainerd = true
-	case "crio":
-		useCRIO = true
-	case "both":
-		useContainerd, useCRIO = true, true
-	default:
-		return fmt.Errorf("--runtime %q: want auto, containerd, crio or both", o.Runtime)
+	useContainerd, useCRIO, err := runtimes(w, o.Runtime, cfg)
+	if err != nil {
+		return err
 	}
 	if !o.NRIOnly {
 		if err := plugin(w, cfg, o.Binary, o.ConfigPath); err != nil {
@@ -104,14 +93,52 @@ func NRI(o NRIOptions, out io.Writer) error {
 		}
 	}
 	if useCRIO {
-		if err := w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644); err != nil {
+		if err := crio(w, cfg); err != nil {
 			return err
 		}
 	}
-	if err := w.Save(); err != nil {
+	if err := w.Commit(); err != nil {
 		return err
 	}
 	return apply(w, o.Root, units(useContainerd, useCRIO), o.Restart)
+}
+
+// runtimes says which runtimes install configures: those asked for, or
+// (auto) those whose configuration the node has. A containerd that k3s or
+// RKE2 runs is refused: they write its configuration at every start.
+func runtimes(w *changes.Set, runtime string, cfg *config.Config) (useContainerd, useCRIO bool, err error) {
+	switch runtime {
+	case "auto", "":
+		useContainerd, useCRIO = present(w, "/etc/containerd"), present(w, "/etc/crio")
+	case "containerd":
+		useContainerd = true
+	case "crio":
+		useCRIO = true
+	case "both":
+		useContainerd, useCRIO = true, true
+	default:
+		return false, false, fmt.Errorf("--runtime %q: want auto, containerd, crio or both", runtime)
+	}
+	if runtime != "crio" {
+		if err := generatedConfig(w, cfg); err != nil {
+			return false, false, err
+		}
+	}
+	if !useContainerd && !useCRIO {
+		return false, false, errors.New("found neither /etc/containerd nor /etc/crio with anything in them: pass --runtime containerd or --runtime crio")
+	}
+	return useContainerd, useCRIO, nil
+}
+
+// present reports whether a runtime's configuration directory holds
+// anything: an empty one (left by something removed) is no runtime.
+func present(w *changes.Set, dir string) bool {
+	h, err := w.Host(dir)
+	if err != nil {
+		return false
+	}
+	ents, err := os.ReadDir(h)
+	return err == nil && len(ents) > 0
 }
 
 // units are the systemd units of the runtimes named.
@@ -133,7 +160,7 @@ func UninstallNRI(root string, dryRun bool, restart Restarter, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	return apply(w, root, units(exists(w.Host("/etc/containerd")), exists(w.Host("/etc/crio"))), restart)
+	return apply(w, root, units(present(w, "/etc/containerd"), present(w, "/etc/crio")), restart)
 }
 
 // undo undoes what the record at record lists.
@@ -182,12 +209,12 @@ var generatedContainerd = []string{"/var/lib/rancher/k3s/agent/etc/containerd", 
 // distribution regenerates, saying what to add where.
 func generatedConfig(w *changes.Set, cfg *config.Config) error {
 	for _, d := range generatedContainerd {
-		if !exists(w.Host(d + "/config.toml")) {
+		if !w.Exists(d + "/config.toml") {
 			continue
 		}
-		return fmt.Errorf("%s/config.toml is generated at every start of k3s or RKE2, so a drop-in would not last: "+
-			"copy it to %s/config.toml.tmpl (config-v3.toml.tmpl for containerd 2), append this, and restart k3s or rke2-agent:\n%s",
-			d, d, nriSection(cfg))
+		return fmt.Errorf("%s/config.toml is generated at every start of k3s or RKE2, which runs its own containerd: a drop-in in /etc/containerd would never be read. "+
+			"Copy it to %s/config.toml.tmpl (config-v3.toml.tmpl for containerd 2), append this, and restart k3s or rke2-agent:\n%s",
+			d, d, nriSection(cfg, nriPluginID))
 	}
 	return nil
 }
@@ -201,7 +228,7 @@ func plugin(w *changes.Set, cfg *config.Config, binary, cfgPath string) error {
 		}
 		binary = exe
 	}
-	bin, err := os.ReadFile(binary)
+	bin, err := safeio.ReadFile(binary, maxBinary)
 	if err != nil {
 		return fmt.Errorf("read the plugin binary: %w", err)
 	}
@@ -213,28 +240,25 @@ func plugin(w *changes.Set, cfg *config.Config, binary, cfgPath string) error {
 	return w.Symlink(path.Join(PluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath)
 }
 
+// containerdDropInText is the drop-in in the main file's version: containerd
+// 1.7 refuses files of two versions, and reads a version-1 file's plugins by
+// their short ID, where 2.x migrates a full one.
 func containerdDropInText(cfg *config.Config, version int) string {
-	return fmt.Sprintf("# Written by oomguard-nri install: enables NRI and oomguard's plugin.\nversion = %d\n\n%s", version, nriSection(cfg))
+	s := fmt.Sprintf("# Written by oomguard-nri install: enables NRI and oomguard's plugin.\nversion = %d\n\n%s", version, nriSection(cfg, nriPluginID))
+	if version == 1 {
+		s += "\n# containerd 1.7 reads a version-1 file's plugins by their short ID.\n" + nriSection(cfg, nriPluginShortID)
+	}
+	return s
 }
 
-func nriSection(cfg *config.Config) string {
-	return fmt.Sprintf(`[plugins."io.containerd.nri.v1.nri"]
+func nriSection(cfg *config.Config, id string) string {
+	return fmt.Sprintf(`[plugins.%q]
   disable = false
   disable_connections = false
   plugin_config_path = %q
   plugin_path = %q
   socket_path = %q
-`, PluginConfDir, PluginDir, cfg.NRI.Socket)
-}
-
-func crioDropInText(cfg *config.Config) string {
-	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
-[crio.nri]
-enable_nri = true
-nri_listen = %q
-nri_plugin_dir = %q
-nri_plugin_config_dir = %q
-`, cfg.NRI.Socket, PluginDir, PluginConfDir)
+`, id, PluginConfDir, PluginDir, cfg.NRI.Socket)
 }
 
 // importedDropIn is where oomguard's drop-in goes so that one of containerd's
@@ -267,66 +291,4 @@ func importedDropIn(imports []string) (dropIn, imp string) {
 		}
 	}
 	return "", ""
-}
-
-// Compiled when used: oomguard-hook links this package and starts once per container.
-var (
-	versionLine  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^version\s*=\s*(\d+)\s*$`) })
-	emptyImports = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^imports\s*=\s*\[\s*\]\s*$`) })
-)
-
-// containerd writes the NRI drop-in and makes the main config import it:
-// the main file is only touched when it has no imports at all, after a backup.
-func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
-	mainPath := w.Host(ContainerdConfig)
-	main, err := os.ReadFile(mainPath)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", ContainerdConfig, err)
-	}
-	version := wantVersion
-	if m := versionLine().FindSubmatch(main); m != nil {
-		fmt.Sscan(string(m[1]), &version)
-	}
-	if version == 0 {
-		version = 2
-	}
-	if version != 2 && version != 3 {
-		return fmt.Errorf("%s has version = %d: oomguard supports containerd 1.7 (version 2) and 2.x (version 3)", ContainerdConfig, version)
-	}
-	var parsed struct {
-		Imports []string `toml:"imports"`
-	}
-	if _, err := toml.Decode(string(main), &parsed); err != nil {
-		return fmt.Errorf("%s is not valid TOML (%v): fix it first", ContainerdConfig, err)
-	}
-	if len(parsed.Imports) > 0 {
-		// EKS's AL2 bootstrap imports /etc/containerd/config.d/*.toml: the
-		// drop-in goes where an import already reads, the main file untouched.
-		dropIn, imp := importedDropIn(parsed.Imports)
-		if dropIn == "" {
-			return fmt.Errorf("%s has imports %q, none a directory glob a drop-in can join: add %q to its imports list and run install again",
-				ContainerdConfig, parsed.Imports, containerdImports)
-		}
-		if err := w.WriteFile(dropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(w.Out(), "unchanged %s (imports %s)\n", ContainerdConfig, imp)
-		return nil
-	}
-	if err := w.WriteFile(ContainerdDropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
-		return err
-	}
-	line := fmt.Sprintf("imports = [%q]\n", containerdImports)
-	var updated []byte
-	switch loc := versionLine().FindIndex(main); {
-	case emptyImports().Match(main): // `containerd config default` writes imports = []
-		updated = emptyImports().ReplaceAll(main, []byte(strings.TrimSuffix(line, "\n")))
-	case main == nil:
-		updated = []byte(fmt.Sprintf("# Written by oomguard-nri install.\nversion = %d\n%s", version, line))
-	case loc != nil:
-		updated = append(append(append([]byte{}, main[:loc[1]]...), '\n'), append([]byte(line), main[loc[1]:]...)...)
-	default:
-		updated = append([]byte(line), main...)
-	}
-	return w.Modify(ContainerdConfig, updated, 0o644, ContainerdBackupEx, "added imports to")
 }

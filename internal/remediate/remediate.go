@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
@@ -50,7 +49,7 @@ func normal(v string) string { return strings.Join(strings.Fields(v), " ") }
 
 // Apply makes the node's sysctls what fixes asks for ("oom_dump_tasks",
 // "printk"): written now and in DropIn; a fix no longer asked for is undone.
-func Apply(root string, fixes []string, dryRun bool, out io.Writer) error {
+func Apply(root string, fixes []string, dryRun bool, out io.Writer) (err error) {
 	if len(fixes) == 0 {
 		return Undo(root, dryRun, out)
 	}
@@ -58,6 +57,13 @@ func Apply(root string, fixes []string, dryRun bool, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Each change is recorded before it is made; a step that fails (the
+	// drop-in cannot be written) undoes the ones before it.
+	defer func() {
+		if rerr := s.Rollback(); err == nil {
+			err = rerr
+		}
+	}()
 	want := map[string]string{}
 	for _, f := range fixes {
 		switch f {
@@ -101,7 +107,7 @@ func Apply(root string, fixes []string, dryRun bool, out io.Writer) error {
 	if err := s.WriteFile(DropIn, []byte(dropIn.String()), 0o644); err != nil {
 		return err
 	}
-	return s.Save()
+	return s.Commit()
 }
 
 // Undo restores every sysctl Apply changed, unless someone changed it
@@ -122,7 +128,7 @@ func Undo(root string, dryRun bool, out io.Writer) error {
 	}
 	if !s.Owns(DropIn) {
 		// A record from before drop-ins were recorded: the drop-in is ours if it says so.
-		if b, err := os.ReadFile(s.Host(DropIn)); err == nil && strings.HasPrefix(string(b), dropInHeader) {
+		if b, err := s.ReadFile(DropIn, changes.MaxFile); err == nil && strings.HasPrefix(string(b), dropInHeader) {
 			s.Adopt(DropIn, b)
 		}
 	}

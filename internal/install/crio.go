@@ -1,0 +1,93 @@
+package install
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/changes"
+)
+
+// CRI-O's configuration: the main file, then every file of the drop-in
+// directory in name order, a later value winning (CRI-O decodes them with
+// BurntSushi/toml).
+const (
+	CRIOConfig    = "/etc/crio/crio.conf"
+	CRIODropInDir = "/etc/crio/crio.conf.d"
+)
+
+func crioDropInText(cfg *config.Config) string {
+	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
+[crio.nri]
+enable_nri = true
+nri_listen = %q
+nri_plugin_dir = %q
+nri_plugin_config_dir = %q
+`, cfg.NRI.Socket, PluginDir, PluginConfDir)
+}
+
+// crioNRI is the part of CRI-O's configuration oomguard's drop-in sets.
+type crioNRI struct {
+	Crio struct {
+		NRI struct {
+			Enable *bool   `toml:"enable_nri"`
+			Listen *string `toml:"nri_listen"`
+		} `toml:"nri"`
+	} `toml:"crio"`
+}
+
+// crio writes the NRI drop-in, refusing (changing nothing) when a file CRI-O
+// reads after it would turn NRI off again or move its socket.
+func crio(w *changes.Set, cfg *config.Config) error {
+	if err := linkCheck(w, CRIODropInDir, "CRI-O's drop-in directory", "create it there, or mount it"); err != nil {
+		return err
+	}
+	files, err := crioFiles(w)
+	if err != nil {
+		return err
+	}
+	for _, p := range files {
+		if p <= CRIODropIn || p == CRIOConfig {
+			continue
+		}
+		b, err := w.ReadFile(p, changes.MaxFile)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+		var c crioNRI
+		if _, err := toml.Decode(string(b), &c); err != nil {
+			return fmt.Errorf("%s is not TOML CRI-O can read (%v): fix it first", p, err)
+		}
+		if e := c.Crio.NRI.Enable; e != nil && !*e {
+			return fmt.Errorf("%s is read after oomguard's drop-in and sets enable_nri = false, which wins: remove that line (or the file) and run install again", p)
+		}
+		if l := c.Crio.NRI.Listen; l != nil && *l != cfg.NRI.Socket {
+			return fmt.Errorf("%s is read after oomguard's drop-in and puts NRI's socket at %s, not %s: pass --socket %s (or change it there) and run install again", p, *l, cfg.NRI.Socket, *l)
+		}
+	}
+	return w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644)
+}
+
+// crioFiles are the files of CRI-O's configuration, in the order it reads them.
+func crioFiles(w *changes.Set) ([]string, error) {
+	files := []string{CRIOConfig}
+	h, err := w.Host(CRIODropInDir)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(h)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			files = append(files, filepath.Join(CRIODropInDir, e.Name()))
+		}
+	}
+	slices.Sort(files[1:])
+	return files, nil
+}

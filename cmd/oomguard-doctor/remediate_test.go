@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // remediate on a node tree: the sysctls at once and in a drop-in, a second
@@ -65,5 +67,64 @@ func TestRemediate(t *testing.T) {
 	var errb bytes.Buffer
 	if code := run([]string{"remediate", "--root", root, "--config", cfg("[doctor]\nconsole_fix = [\"reboot\"]\n")}, &bytes.Buffer{}, &errb); code != 4 || !strings.Contains(errb.String(), "console_fix") {
 		t.Fatalf("a bad fix: %d %s", code, errb.String())
+	}
+}
+
+// remediate is a transaction: when the drop-in cannot be written (an odd
+// /etc), the sysctls it set are put back and no record is left, so that a
+// later run records the node's real originals; --undo leaves a drop-in the
+// operator edited; a FIFO where it reads fails at once.
+func TestRemediateTransaction(t *testing.T) {
+	root := t.TempDir()
+	for p, c := range map[string]string{"proc/sys/vm/oom_dump_tasks": "1\n", "proc/sys/kernel/printk": "7\t4\t1\t7\n"} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.toml")
+	os.WriteFile(cfg, []byte("[doctor]\nconsole_fix = [\"oom_dump_tasks\", \"printk\"]\n"), 0o644)
+	read := func(p string) string { b, _ := os.ReadFile(filepath.Join(root, p)); return string(b) }
+	remediate := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := run(append([]string{"remediate", "--root", root, "--config", cfg}, args...), &out, &out)
+		return code, out.String()
+	}
+
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/sysctl.d"), []byte("not a directory"), 0o644)
+	if code, out := remediate(); code == 0 || !strings.Contains(out, "rolled back") {
+		t.Fatalf("an unwritable drop-in: exit %d\n%s", code, out)
+	}
+	if read("proc/sys/vm/oom_dump_tasks") != "1\n" || read("proc/sys/kernel/printk") != "7\t4\t1\t7\n" {
+		t.Fatalf("the sysctls were left changed: %q %q", read("proc/sys/vm/oom_dump_tasks"), read("proc/sys/kernel/printk"))
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/oomguard/console-fix.json")); err == nil {
+		t.Fatal("a record was left of a change that was rolled back")
+	}
+	os.Remove(filepath.Join(root, "etc/sysctl.d"))
+	if code, out := remediate(); code != 0 || !strings.Contains(out, "set vm.oom_dump_tasks = 0 (was 1)") {
+		t.Fatalf("the re-run must find the node's originals: exit %d\n%s", code, out)
+	}
+	os.WriteFile(filepath.Join(root, "etc/sysctl.d/90-oomguard-console.conf"), []byte("vm.oom_dump_tasks = 0 # mine now\n"), 0o644)
+	if code, out := remediate("--undo"); code != 0 || !strings.Contains(out, "left /etc/sysctl.d/90-oomguard-console.conf alone") ||
+		read("proc/sys/vm/oom_dump_tasks") != "1\n" || read("etc/sysctl.d/90-oomguard-console.conf") != "vm.oom_dump_tasks = 0 # mine now\n" {
+		t.Fatalf("undo with an edited drop-in: exit %d\n%s", code, out)
+	}
+
+	os.Remove(filepath.Join(root, "etc/sysctl.d/90-oomguard-console.conf"))
+	if err := syscall.Mkfifo(filepath.Join(root, "etc/oomguard/console-fix.json"), 0o644); err != nil {
+		os.MkdirAll(filepath.Join(root, "etc/oomguard"), 0o755)
+		if err := syscall.Mkfifo(filepath.Join(root, "etc/oomguard/console-fix.json"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan string, 1)
+	go func() { _, out := remediate(); done <- out }()
+	select {
+	case out := <-done:
+		if !strings.Contains(out, "not a regular file") {
+			t.Fatalf("a FIFO for a record: %s", out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("remediate waits on a FIFO")
 	}
 }

@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/oomguard/oomguard/internal/install"
 )
 
 // node makes a node tree with files and an executable hook at /usr/local/bin.
@@ -234,5 +238,31 @@ func TestInstallErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(errb, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb, tc.code, tc.want)
 		}
+	}
+}
+
+// Nothing install reads may hold it: a FIFO anywhere it looks fails at once.
+func TestInstallNeverWaitsOnAFIFO(t *testing.T) {
+	for _, p := range []string{"/etc/crio/crio.conf.d/99-x.conf", "/usr/share/containers/containers.conf", install.HookManifest, install.DefaultHooksDir + "/" + install.HookFileName} {
+		t.Run(p, func(t *testing.T) {
+			root := node(t, map[string]string{"/etc/crio/crio.conf": ""})
+			os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+			if err := syscall.Mkfifo(filepath.Join(root, p), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan string, 1)
+			go func() {
+				_, out, errs := runCLI(append([]string{"install", "--root", root}, hookArgs...)...)
+				done <- out + errs
+			}()
+			select {
+			case out := <-done:
+				if !strings.Contains(out, "not a regular file") {
+					t.Fatalf("want a refusal naming the FIFO:\n%s", out)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("install waits on a FIFO")
+			}
+		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	gotoml "github.com/pelletier/go-toml/v2"
@@ -441,5 +443,31 @@ func TestInstallErrors(t *testing.T) {
 	root, _ := installRoot(t, nil)
 	if out, code := runInstall(t, "uninstall", "--root", root); code != 0 || !strings.Contains(out, "nothing to uninstall") {
 		t.Fatalf("uninstall of nothing: %d %s", code, out)
+	}
+}
+
+// Nothing install reads may hold it: a FIFO anywhere it looks fails at once.
+func TestInstallNeverWaitsOnAFIFO(t *testing.T) {
+	for _, p := range []string{install.ContainerdConfig, "/etc/crio/crio.conf.d/99-x.conf", install.NRIManifest, "/etc/containerd/conf.d/10-oomguard-nri.toml"} {
+		t.Run(p, func(t *testing.T) {
+			root, bin := installRoot(t, map[string]string{"/etc/crio/crio.conf": "", "/etc/containerd/.keep": ""})
+			os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+			if err := syscall.Mkfifo(filepath.Join(root, p), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan string, 1)
+			go func() {
+				out, _ := runInstall(t, "install", "--root", root, "--binary", bin, "--runtime", "both")
+				done <- out
+			}()
+			select {
+			case out := <-done:
+				if !strings.Contains(out, "not a regular file") {
+					t.Fatalf("want a refusal naming the FIFO:\n%s", out)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("install waits on a FIFO")
+			}
+		})
 	}
 }

@@ -142,7 +142,7 @@ func lastSet(w *changes.Set, files []string, dir, glob string, get func(*runtime
 	if h, err := w.Host(dir); err == nil {
 		ents, _ := os.ReadDir(h)
 		for _, e := range ents {
-			if ok, _ := filepath.Match(glob, e.Name()); ok && e.Type().IsRegular() {
+			if ok, _ := filepath.Match(glob, e.Name()); ok && !e.IsDir() {
 				dropins = append(dropins, filepath.Join(dir, e.Name()))
 			}
 		}

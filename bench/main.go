@@ -36,7 +36,7 @@ func main() {
 		*n = 3
 		doctorProcs, doctorCtrs, doctorRuns = 500, 10, 1
 		benchTags, benchLayerMiB = 4, 1
-		nriRounds, syncCtrs = 200, 20
+		nriRounds, syncCtrs, floodRounds = 200, 20, 20
 		fmt.Println("smoke run: every section small, its figures are not measurements and no goal is judged")
 	}
 	failed := false

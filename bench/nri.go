@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -16,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/test/flood"
 	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/testbin"
 )
@@ -91,6 +94,10 @@ func benchNRI(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	quiet, flooded, floodRSS, err := benchFlood(dir, plugin, cfg)
+	if err != nil {
+		return false, err
+	}
 
 	p50n, p99n, p50o, p99o := quantile(tNoop, .5), quantile(tNoop, .99), quantile(tOG, .5), quantile(tOG, .99)
 	r50, r99 := float64(p50o)/float64(p50n), float64(p99o)/float64(p99n)
@@ -102,7 +109,74 @@ func benchNRI(int) (bool, error) {
 	fmt.Printf("  p50 %.2f×, p99 %.2f× the no-op (goal ≤ 1.2×); p99 %s (goal ≤ 1 ms): %s\n", r50, r99, ms(p99o), verdict(latOK))
 	fmt.Printf("  RSS after %d containers: %.1f MB (peak %.1f MB) (goal ≤ 30 MB): %s\n", rounds, float64(rss)/(1<<20), float64(hwm)/(1<<20), verdict(memOK))
 	fmt.Printf("  Synchronize of %d running containers (%d processes): %s (goal ≤ 1 s): %s\n", syncCtrs, 3*syncCtrs, ms(syncDur), verdict(syncOK))
-	return latOK && memOK && syncOK, nil
+	floodOK := floodRSS <= 64<<20
+	fmt.Printf("\n  CreateContainer while the metrics port is flooded (%d idle, %d slow, %d near-1 MiB, %d keep-alive connections) beside a quiet run, %d containers each\n",
+		flood.Default.Idle, flood.Default.Slow, flood.Default.Huge, flood.Default.KeepAlive, len(quiet))
+	printTimes([]string{"quiet", "flooded"}, [][]time.Duration{quiet, flooded})
+	fmt.Printf("  p99 %.2f× the quiet run; every container adjusted; plugin peak RSS %.1f MB (goal ≤ the chart's 64 MiB): %s\n",
+		float64(quantile(flooded, .99))/float64(quantile(quiet, .99)), float64(floodRSS)/(1<<20), verdict(floodOK))
+	return latOK && memOK && syncOK && floodOK, nil
+}
+
+var floodRounds = 300
+
+// benchFlood times CreateContainer through the plugin while its metrics port
+// is quiet and while it is flooded, and returns the plugin's peak RSS.
+func benchFlood(dir, plugin, cfg string) (quiet, flooded []time.Duration, peak int64, err error) {
+	d := filepath.Join(dir, "f")
+	os.MkdirAll(d, 0o755)
+	rt, err := nriruntime.Start(d, nil, nil)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer rt.Stop()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	rt.PluginLog = io.Discard
+	cmd, err := rt.StartPlugin(plugin, "--config", cfg, "--metrics-address", addr)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	create := func(i int) (time.Duration, error) {
+		pod := nriruntime.KubeletPod("f"+strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+		s := time.Now()
+		rsp, err := rt.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
+		d := time.Since(s)
+		if err == nil && rsp.GetAdjust().GetLinux().GetOomScoreAdj().GetValue() != 900 {
+			err = fmt.Errorf("container %d not adjusted", i)
+		}
+		return d, err
+	}
+	for i := range floodRounds {
+		t, err := create(i)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		quiet = append(quiet, t)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	_, wait := flood.Start(ctx, addr, flood.Default)
+	time.Sleep(2 * time.Second) // let the flood build up
+	for i := range floodRounds {
+		t, err := create(floodRounds + i)
+		if err != nil {
+			stop()
+			wait()
+			return nil, nil, 0, fmt.Errorf("during the flood: %w", err)
+		}
+		flooded = append(flooded, t)
+		if _, hwm := procRSS(cmd.Process.Pid); hwm > peak {
+			peak = hwm
+		}
+	}
+	stop()
+	wait()
+	return quiet, flooded, peak, nil
 }
 
 var nriRounds, syncCtrs = 10000, 400

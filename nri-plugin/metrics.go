@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/version"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/oomguard/oomguard/internal/version"
 )
 
 // Metrics are kept whether or not they are served.
@@ -27,6 +27,7 @@ type Metrics struct {
 	oomKills     prometheus.Counter
 	syncDuration prometheus.Gauge
 	connected    prometheus.Gauge
+	serveErrors  prometheus.Counter
 	isConnected  atomic.Bool
 }
 
@@ -52,18 +53,40 @@ func NewMetrics() *Metrics {
 			Help: "How long the last Synchronize took."}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_nri_connected",
 			Help: "1 while connected to the runtime's NRI."}),
+		serveErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_metrics_listen_errors_total",
+			Help: "Times the metrics address could not be bound (retried; enforcement goes on)."}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
 	buildInfo.WithLabelValues(version.Version, version.Commit).Set(1)
-	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration, m.connected, buildInfo)
+	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
+		m.connected, m.serveErrors, buildInfo)
 	return m
 }
 
-// Serve exposes /metrics and /healthz (200 while connected) on addr until ctx ends.
-func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+// What one metrics client may hold: the server is reachable from the node's
+// network, and nothing on it may grow the plugin (and get it OOM-killed
+// while it guards the node) or keep Prometheus out for long.
+const (
+	maxConns          = 16
+	maxHeaderBytes    = 8 << 10
+	readHeaderTimeout = 2 * time.Second
+	readTimeout       = 5 * time.Second
+	writeTimeout      = 10 * time.Second
+	idleTimeout       = 10 * time.Second
+	listenRetry       = 10 * time.Second
+)
+
+// Serve exposes /metrics and /healthz (200 while connected) on addr until
+// ctx ends. It returns at once: an address that cannot be bound (a port
+// taken) is logged, counted and retried, and never stops enforcement.
+func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		MaxRequestsInFlight: 2,
+		Timeout:             writeTimeout / 2,
+		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if m.isConnected.Load() {
 			w.Write([]byte("ok\n"))
@@ -71,22 +94,38 @@ func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) erro
 		}
 		http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	log.Info("serving metrics", "address", ln.Addr().String())
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
+		for {
+			ln, err := net.Listen("tcp", addr)
+			if err == nil {
+				log.Info("serving metrics", "address", ln.Addr().String())
+				err = srv.Serve(limitListener(ln, maxConns))
+				if errors.Is(err, http.ErrServerClosed) {
+					return
+				}
+			}
+			m.serveErrors.Inc()
+			log.Error("cannot serve metrics; enforcement goes on, retrying", "address", addr, "in", listenRetry, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(listenRetry):
+			}
 		}
 	}()
-	return nil
 }
 
 func (m *Metrics) setConnected(on bool) {
@@ -96,4 +135,39 @@ func (m *Metrics) setConnected(on bool) {
 	} else {
 		m.connected.Set(0)
 	}
+}
+
+// limitListener holds at most n connections open: the next is accepted only
+// when one closes, and the kernel's backlog holds (or drops) the rest.
+func limitListener(l net.Listener, n int) net.Listener {
+	return &limited{Listener: l, slots: make(chan struct{}, n)}
+}
+
+type limited struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	l.slots <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+}
+
+type slotConn struct {
+	net.Conn
+	once atomic.Bool
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	if c.once.CompareAndSwap(false, true) {
+		c.free()
+	}
+	return err
 }

@@ -73,6 +73,7 @@ func plugin(f flags, stderr io.Writer) int {
 	defer closer.Close()
 	log = log.With("component", "oomguard-nri")
 	log.Info("starting", "version", version.Version, "commit", version.Commit)
+	setMemoryLimit(log)
 	if logErr != nil {
 		log.Warn("cannot log where configured", "err", logErr)
 	}
@@ -92,10 +93,7 @@ func plugin(f flags, stderr io.Writer) int {
 	defer stop()
 	m := nriplugin.NewMetrics()
 	if cfg.NRI.MetricsAddress != "" {
-		if err := m.Serve(ctx, cfg.NRI.MetricsAddress, log); err != nil {
-			log.Error("cannot serve metrics", "address", cfg.NRI.MetricsAddress, "err", err)
-			return 1
-		}
+		m.Serve(ctx, cfg.NRI.MetricsAddress, log)
 	}
 	p := nriplugin.New(cfg, cfgErr, f.root, log, m)
 	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {

@@ -122,4 +122,3 @@ func vmHWM(pid int) int64 {
 	}
 	return 0
 }
-

@@ -342,3 +342,53 @@ func TestE2EOneDestinationManySources(t *testing.T) {
 		t.Fatalf("%d manifests written", n)
 	}
 }
+
+// A registry has no conditional write: another writer (a second run, a
+// second webhook replica) may fill a destination between this run's plan and
+// its push, or during it. Then this run says so, and never reports success
+// for a tag that holds someone else's content.
+func TestE2EAnotherWriterWins(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		head int // the other writer writes as this run's HEAD of the destination number head comes
+		want string
+	}{
+		// HEADs of the destination: 1 the plan's, 2 just before the push, 3 just after it.
+		{"between plan and push", 2, "another writer pushed it after this run planned"},
+		{"during the push", 3, "another writer pushed it at the same time"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := startRegistry(t)
+			seed(t, reg.Host, "ml/base", 1)
+			src := mustTag(t, reg.Host+"/ml/base:v000")
+			p, err := New(ShimSpec())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst, _ := p.DestinationTag(src)
+			other := image(t, "amd64", types.OCIManifestSchema1, []string{"/theirs"}, nil)
+			otherDigest, _ := other.Digest()
+			heads := 0
+			reg.Inject(func(r *http.Request) int {
+				if r.Method != http.MethodHead || !strings.HasSuffix(r.URL.Path, "/manifests/"+dst.TagStr()) {
+					return 0
+				}
+				if heads++; heads == tc.head {
+					direct, _ := name.NewTag(reg.Direct + "/ml/base:" + dst.TagStr())
+					if err := remote.Write(direct, other); err != nil {
+						t.Errorf("the other writer: %v", err)
+					}
+				}
+				return 0
+			})
+			res := p.Apply(context.Background(), src)
+			reg.Inject(nil)
+			if res.Action != ActionRefused || !strings.Contains(res.Error, tc.want) {
+				t.Fatalf("want refused with %q, got %+v", tc.want, res)
+			}
+			if d, err := remote.Head(dst); err != nil || d.Digest != otherDigest {
+				t.Fatalf("the tag must hold the other writer's %s: %v %v", otherDigest, d, err)
+			}
+		})
+	}
+}

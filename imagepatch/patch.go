@@ -157,7 +157,12 @@ func (p *Patcher) Run(ctx context.Context, srcs []name.Tag, apply bool, done fun
 	refuseShared(out)
 	p.each(len(srcs), func(i int) {
 		if apply && out[i].Action == ActionPush {
-			if err := p.push(ctx, builds[i].dst, builds[i]); err != nil {
+			switch err := p.push(ctx, builds[i].dst, builds[i]); {
+			case errors.Is(err, errSame):
+				out[i].Action = ActionUnchanged
+			case errors.Is(err, errLost):
+				out[i].Action, out[i].Error = ActionRefused, err.Error()
+			case err != nil:
 				out[i].Action, out[i].Error = ActionFailed, err.Error()
 			}
 		}
@@ -246,18 +251,17 @@ func (p *Patcher) plan(ctx context.Context, src name.Tag) (res Result, b *built)
 		return fail(err)
 	}
 	res.Destination = b.dst.String()
-	existing, err := remote.Head(b.dst, opts...)
-	var terr *transport.Error
+	existing, ok, err := p.holds(ctx, b.dst)
 	switch {
-	case err == nil && existing.Digest == b.digest:
+	case err != nil:
+		return fail(err)
+	case ok && existing == b.digest:
 		res.Action = ActionUnchanged
-	case err == nil:
+	case ok:
 		res.Action = ActionRefused
-		res.Error = fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", b.dst, existing.Digest)
-	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
-		res.Action = ActionPush
+		res.Error = fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", b.dst, existing)
 	default:
-		return fail(fmt.Errorf("check %s: %w", b.dst, err))
+		res.Action = ActionPush
 	}
 	return res, b
 }
@@ -510,10 +514,56 @@ func (p *Patcher) layer(arch string, mt types.MediaType) (v1.Layer, error) {
 	return l, nil
 }
 
-// push writes the result. An image needs only its config and manifest
-// written, and the patch layer once per repository: its base layers are the
-// source's, in the same repository. An index goes through remote.WriteIndex.
+// errLost is a destination another writer filled with other content
+// between this run's plan and its push; errSame one filled with this
+// run's very result.
+var (
+	errLost = errors.New("another writer won")
+	errSame = errors.New("already pushed")
+)
+
+// holds is what dst holds now: its digest, or false when it does not exist.
+func (p *Patcher) holds(ctx context.Context, dst name.Tag) (v1.Hash, bool, error) {
+	d, err := remote.Head(dst, p.opts(ctx)...)
+	var terr *transport.Error
+	switch {
+	case err == nil:
+		return d.Digest, true, nil
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+		return v1.Hash{}, false, nil
+	}
+	return v1.Hash{}, false, fmt.Errorf("check %s: %w", dst, err)
+}
+
+// push writes the result, checking just before that the tag is still free
+// and just after that it holds this result: a registry has no conditional
+// write, so another writer (a second run, a second webhook replica) may
+// fill it meanwhile, and then this run says so instead of reporting success.
+// An image needs only its config and manifest written, and the patch layer
+// once per repository: its base layers are the source's, in the same
+// repository. An index goes through remote.WriteIndex.
 func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
+	switch got, ok, err := p.holds(ctx, dst); {
+	case err != nil:
+		return err
+	case ok && got == b.digest:
+		return errSame
+	case ok:
+		return fmt.Errorf("%w: %s holds %s, not this run's %s: another writer pushed it after this run planned; left alone", errLost, dst, got, b.digest)
+	}
+	if err := p.write(ctx, dst, b); err != nil {
+		return err
+	}
+	switch got, ok, err := p.holds(ctx, dst); {
+	case err != nil:
+		return fmt.Errorf("after the push: %w", err)
+	case !ok || got != b.digest:
+		return fmt.Errorf("%w: %s holds %s after this run pushed %s: another writer pushed it at the same time, and theirs is there", errLost, dst, got, b.digest)
+	}
+	return nil
+}
+
+func (p *Patcher) write(ctx context.Context, dst name.Tag, b *built) error {
 	if b.idx != nil {
 		if err := remote.WriteIndex(dst, b.idx, p.opts(ctx)...); err != nil {
 			return fmt.Errorf("push %s: %w", dst, err)
@@ -536,7 +586,7 @@ func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
 	if err := p.pusher.Upload(ctx, dst.Context(), cl); err != nil {
 		return fmt.Errorf("upload the config of %s: %w", dst, err)
 	}
-	// Put, not Push: plan has just seen that the tag does not exist.
+	// Put, not Push: the tag was just seen free.
 	if err := p.pusher.Put(ctx, dst, b.img); err != nil {
 		return fmt.Errorf("push %s: %w", dst, err)
 	}

@@ -19,21 +19,45 @@ type Selector struct {
 	Regexp *regexp.Regexp
 }
 
-// Tags lists the repository's tags (every page) that the selector picks.
+// Bounds on a tag listing: a registry can link a next page for ever.
+const MaxTags = 100_000
+
+var maxPages = 10_000
+
+// Tags lists the repository's tags (every page) that the selector picks. A
+// listing over MaxTags tags, or that links pages without end, is an error.
 func (s Selector) Tags(ctx context.Context, repo name.Repository, opts ...remote.Option) ([]name.Tag, error) {
 	for _, g := range s.Globs {
 		if _, err := path.Match(g, ""); err != nil {
 			return nil, fmt.Errorf("tag glob %q: %w", g, err)
 		}
 	}
-	all, err := remote.List(repo, append([]remote.Option{remote.WithContext(ctx)}, opts...)...)
+	puller, err := remote.NewPuller(append([]remote.Option{remote.WithContext(ctx)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := puller.Lister(ctx, repo)
 	if err != nil {
 		return nil, fmt.Errorf("list tags of %s: %w", repo, err)
 	}
 	var out []name.Tag
-	for _, t := range all {
-		if s.picks(t) {
-			out = append(out, repo.Tag(t))
+	seen := map[string]bool{}
+	for pages := 0; lister.HasNext(); pages++ {
+		page, err := lister.Next(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list tags of %s: %w", repo, err)
+		}
+		if pages >= maxPages || len(seen)+len(page.Tags) > MaxTags {
+			return nil, fmt.Errorf("list tags of %s: over %d tags in %d pages: select tags by reference or --from-file instead", repo, len(seen), pages)
+		}
+		for _, t := range page.Tags {
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+			if s.picks(t) {
+				out = append(out, repo.Tag(t))
+			}
 		}
 	}
 	return out, nil

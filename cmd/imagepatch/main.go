@@ -15,6 +15,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/oomguard/oomguard/imagepatch"
 	"github.com/oomguard/oomguard/internal/cli"
@@ -33,7 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type flags struct {
 	spec, repo, tags, tagRegex, fromFile, template string
 	jobs, retries                                  int
-	insecure, json                                 bool
+	insecure, json, allowPrivate                   bool
+	timeout, requestTimeout                        time.Duration
 }
 
 const targetsHelp = "Targets: REF... (repo:tag), --from-file FILE (one a line), or --repo REPO with\n" +
@@ -46,11 +50,13 @@ func program() *cli.Command {
 		var f flags
 		c := &cli.Command{Name: name, Help: help, Args: "[REF...]", MaxArgs: -1, Interspersed: true, Flags: patchFlags(&f, true)}
 		c.Run = func(ctx context.Context, refs []string, s cli.IO) int {
-			p, nameOpts, ropts, err := newPatcher(f)
+			p, tr, nameOpts, ropts, err := newPatcher(f)
 			if err != nil {
 				return cli.Usagef(s.Stderr, c, "%v", err)
 			}
-			srcs, err := targets(ctx, f, refs, nameOpts, ropts)
+			ctx, cancel := context.WithTimeout(ctx, f.timeout)
+			defer cancel()
+			srcs, err := targets(ctx, f, tr, refs, nameOpts, ropts)
 			if err != nil {
 				if _, usageErr := err.(usageError); usageErr {
 					return cli.Usagef(s.Stderr, c, "%v", err)
@@ -66,10 +72,15 @@ func program() *cli.Command {
 	resolveCmd := &cli.Command{Name: "resolve", Help: "Print the patched reference (repo@digest), patching on demand.",
 		Args: "IMAGE", MinArgs: 1, MaxArgs: 1, Interspersed: true, Flags: patchFlags(&rf, false)}
 	resolveCmd.Run = func(ctx context.Context, refs []string, s cli.IO) int {
-		p, nameOpts, _, err := newPatcher(rf)
+		p, tr, nameOpts, _, err := newPatcher(rf)
 		if err != nil {
 			return cli.Usagef(s.Stderr, resolveCmd, "%v", err)
 		}
+		if r, err := name.ParseReference(refs[0], nameOpts...); err == nil {
+			tr.Allow(r.Context().RegistryStr())
+		}
+		ctx, cancel := context.WithTimeout(ctx, rf.timeout)
+		defer cancel()
 		return resolve(ctx, p, refs[0], nameOpts, s.Stdout, s.Stderr)
 	}
 	return &cli.Command{
@@ -103,5 +114,8 @@ func patchFlags(f *flags, selecting bool) func(*flag.FlagSet) {
 		fs.StringVar(&f.template, "tag-template", imagepatch.DefaultTagTemplate, "destination tag `TEMPLATE`; fields .Tag .Patch .Version .Repo")
 		fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 429 and 5xx, with backoff")
 		fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
+		fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up on the whole run after this long")
+		fs.DurationVar(&f.requestTimeout, "request-timeout", imagepatch.DefaultTransportOptions.RequestTimeout, "give up on one registry request (its answer included) after this long")
+		fs.BoolVar(&f.allowPrivate, "allow-private-token-hosts", false, "send credentials to a token server at a private, loopback or link-local address other than the registry's own (an in-cluster one)")
 	}
 }

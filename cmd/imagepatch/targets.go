@@ -17,8 +17,12 @@ import (
 
 type usageError struct{ error }
 
-func targets(ctx context.Context, f flags, refs []string, nameOpts []name.Option, ropts []remote.Option) ([]name.Tag, error) {
-	var out []name.Tag
+func targets(ctx context.Context, f flags, tr *imagepatch.Transport, refs []string, nameOpts []name.Option, ropts []remote.Option) (out []name.Tag, err error) {
+	defer func() {
+		for _, t := range out {
+			tr.Allow(t.RegistryStr())
+		}
+	}()
 	for _, r := range refs {
 		t, err := imagepatch.ParseTag(r, nameOpts...)
 		if err != nil {
@@ -46,6 +50,7 @@ func targets(ctx context.Context, f flags, refs []string, nameOpts []name.Option
 		if err != nil {
 			return nil, usageError{fmt.Errorf("--repo %q: %w", f.repo, err)}
 		}
+		tr.Allow(repo.RegistryStr())
 		sel := imagepatch.Selector{}
 		if f.tags != "" {
 			sel.Globs = strings.Split(f.tags, ",")
@@ -70,12 +75,12 @@ func targets(ctx context.Context, f flags, refs []string, nameOpts []name.Option
 }
 
 // newPatcher makes the patcher and the registry options the flags ask for.
-func newPatcher(f flags) (*imagepatch.Patcher, []name.Option, []remote.Option, error) {
+func newPatcher(f flags) (*imagepatch.Patcher, *imagepatch.Transport, []name.Option, []remote.Option, error) {
 	spec := imagepatch.ShimSpec()
 	if f.spec != "" {
 		s, err := imagepatch.LoadSpec(f.spec)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		spec = s
 	}
@@ -83,10 +88,12 @@ func newPatcher(f flags) (*imagepatch.Patcher, []name.Option, []remote.Option, e
 	if f.insecure {
 		nameOpts = append(nameOpts, name.Insecure)
 	}
+	tr := imagepatch.NewTransport(imagepatch.TransportOptions{RequestTimeout: f.requestTimeout, AllowPrivate: f.allowPrivate})
 	ropts := []remote.Option{
+		remote.WithTransport(tr),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: max(f.retries, 1)}),
 	}
 	p, err := imagepatch.New(spec, imagepatch.WithTagTemplate(f.template), imagepatch.WithJobs(f.jobs), imagepatch.WithRemoteOptions(ropts...))
-	return p, nameOpts, ropts, err
+	return p, tr, nameOpts, ropts, err
 }

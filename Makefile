@@ -27,7 +27,7 @@ FUZZ := ./config:FuzzParse ./internal/policy:FuzzAnnotations ./internal/policy:F
 	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
+HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 

@@ -38,6 +38,8 @@ type Plugin struct {
 
 	mu      sync.Mutex
 	guarded map[string]*guard // by container ID
+
+	background sync.WaitGroup // Synchronize's fixes, after its reply
 }
 
 // guard is a container the policy changed, and what it must keep. Its
@@ -45,13 +47,13 @@ type Plugin struct {
 // once, and are only touched under the plugin's lock.
 type guard struct {
 	id, namespace, pod, name string
-	cgroupsPath              string // from the OCI spec
 	plan                     enforce.Plan
 
 	// under Plugin.mu
-	pid      uint32
-	oomKills uint64
-	missing  int // verifications that found no cgroup
+	cgroupsPath string // from the OCI spec, else the cgroup its pid was first found in
+	pid         uint32
+	oomKills    uint64
+	missing     int // verifications that found no cgroup
 }
 
 // attrs are a container's fields for a log line.
@@ -154,7 +156,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.m.setConnected(true)
 	// The runtime drops a plugin that answers late (CRI-O and containerd
 	// allow 2 s): the processes are fixed after the reply, not before it.
+	// The counts are taken now: fresh is the handlers' map from here on.
+	containers, guarded := len(ctrs), len(fresh)
+	p.background.Add(1)
 	go func(groupUpdates int) {
+		defer p.background.Done()
 		var err error
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
 		for _, f := range fixes {
@@ -174,10 +180,13 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		}
 		d := time.Since(start)
 		p.m.syncDuration.Set(d.Seconds())
-		p.log.Info("synchronized", "containers", len(ctrs), "guarded", len(fresh), "group_updates", groupUpdates, "duration", d.Round(time.Microsecond))
+		p.log.Info("synchronized", "containers", containers, "guarded", guarded, "group_updates", groupUpdates, "duration", d.Round(time.Microsecond))
 	}(len(updates))
 	return updates, nil
 }
+
+// waitBackground waits for Synchronize's fixes to be done.
+func (p *Plugin) waitBackground() { p.background.Wait() }
 
 // CreateContainer puts the plan into the container's spec, so the runtime
 // applies it before any of the container's processes runs.
@@ -333,12 +342,19 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *
 }
 
 // container is the container's own cgroup, as Locate finds and checks it.
-// A path outside every container is refused, logged and counted.
+// One found by its pid is kept: once the container's init exits, its pid
+// can be another container's. A path outside every container is refused,
+// logged and counted.
 func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
 	p.mu.Lock()
-	pid := g.pid
+	pid, cgroupsPath := g.pid, g.cgroupsPath
 	p.mu.Unlock()
-	c, err := p.node.Load().Locate(g.cgroupsPath, int(pid))
+	c, err := p.node.Load().Locate(cgroupsPath, int(pid))
+	if err == nil && cgroupsPath == "" {
+		p.mu.Lock()
+		g.cgroupsPath = c.Cgroup()
+		p.mu.Unlock()
+	}
 	if errors.Is(err, enforce.ErrNotContained) {
 		p.m.refusals.WithLabelValues(phase).Inc()
 		p.log.Warn("refusing to write outside a container", g.attrs("phase", phase, "err", err)...)

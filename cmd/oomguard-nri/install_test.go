@@ -471,3 +471,26 @@ func TestInstallNeverWaitsOnAFIFO(t *testing.T) {
 		})
 	}
 }
+
+// Uninstall removes the directories install created: a leftover /etc/crio
+// would make the next automatic install configure CRI-O on a node that runs
+// containerd alone. An empty one left by something else is no runtime either.
+func TestUninstallLeavesNoDirectories(t *testing.T) {
+	root, bin := installRoot(t, map[string]string{install.ContainerdConfig: containerd17Config})
+	if out, code := runInstall(t, "install", "--root", root, "--binary", bin, "--runtime", "both"); code != 0 {
+		t.Fatalf("install: %d %s", code, out)
+	}
+	if out, code := runInstall(t, "uninstall", "--root", root); code != 0 {
+		t.Fatalf("uninstall: %d %s", code, out)
+	}
+	for _, d := range []string{"/etc/crio", "/etc/containerd/conf.d", "/etc/nri", "/opt/nri", "/etc/oomguard"} {
+		if _, err := os.Stat(filepath.Join(root, d)); err == nil {
+			t.Errorf("uninstall left %s", d)
+		}
+	}
+	os.MkdirAll(filepath.Join(root, "/etc/crio"), 0o755) // empty, someone else's
+	out, code := runInstall(t, "install", "--root", root, "--binary", bin)
+	if code != 0 || strings.Contains(out, "crio") {
+		t.Fatalf("auto install on a containerd node: %d %s", code, out)
+	}
+}

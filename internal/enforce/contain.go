@@ -35,7 +35,9 @@ func (n *Node) Locate(cgroupsPath string, pid int) (*Container, error) {
 	case pid <= 0:
 		return nil, errors.New("no cgroupsPath and no pid: cannot tell the container's cgroup")
 	case n.nsDepth == 0:
-		cg, err = kernel.ProcCgroup(n.root, n.mode, pid)
+		if cg, err = kernel.ProcCgroup(n.root, n.mode, pid); err == nil {
+			cg = n.own(cg)
+		}
 	default:
 		return nil, fmt.Errorf("no cgroupsPath, and pid %d's cgroup is not shown as the host's in this cgroup namespace", pid)
 	}
@@ -43,6 +45,22 @@ func (n *Node) Locate(cgroupsPath string, pid int) (*Container, error) {
 		return nil, fmt.Errorf("find the cgroup of the container: %w", err)
 	}
 	return n.Contain(cg)
+}
+
+// own is the container cgroup a process's cgroup is in or below: a systemd
+// in a container moves itself into a child (init.scope), and the container
+// is the whole.
+func (n *Node) own(cg string) string {
+	if _, ctr, _, ok := policy.KubeContainer(cg); ok {
+		return ctr
+	}
+	for _, p := range n.parents {
+		if rest, ok := strings.CutPrefix(cg, p+"/"); ok && p != "/" {
+			first, _, _ := strings.Cut(rest, "/")
+			return p + "/" + first
+		}
+	}
+	return cg
 }
 
 // Contain checks that cg (a path as in /proc/PID/cgroup on the host) is one
@@ -150,7 +168,9 @@ func (c *Container) Score(pid, want int) Change {
 }
 
 // Scores sets every process in the container's cgroup and below it to want,
-// and returns how many it changed. Processes that exit meanwhile are not errors.
+// and returns how many it changed. A process that exits or leaves the cgroup
+// meanwhile (an exiting one shows the root cgroup; its pid may be another's)
+// is gone, not an error: nothing was written to it.
 func (c *Container) Scores(want int) (changed int, errs []error) {
 	pids, err := kernel.CgroupPids(c.n.root, c.n.mode, c.cgroup)
 	if err != nil {
@@ -161,7 +181,7 @@ func (c *Container) Scores(want int) (changed int, errs []error) {
 	}
 	for _, pid := range pids {
 		ch := c.Score(pid, want)
-		if ch.Err != nil && !kernel.IsGone(ch.Err) {
+		if ch.Err != nil && ch.What != Refused && !kernel.IsGone(ch.Err) {
 			errs = append(errs, ch.Err)
 		}
 		if ch.What == Changed {

@@ -122,7 +122,7 @@ func TestLocate(t *testing.T) {
 	}{
 		{"systemd driver", "kubepods-burstable-pod1.slice:cri-containerd:abc", 0, ctr, ""},
 		{"cgroupfs path", ctr, 0, ctr, ""},
-		{"the pid's cgroup", "", 11, ctr + "/sub", ""},
+		{"the container of the pid's cgroup", "", 11, ctr, ""},
 		{"a containment parent's child", "/machine.slice/libpod-x.scope", 0, "/machine.slice/libpod-x.scope", ""},
 		{"the root", "/", 0, "", "not one container's cgroup"},
 		{"an escape", "../../..", 0, "", "not one container's cgroup"},

@@ -16,7 +16,7 @@ STAMP := -X github.com/oomguard/oomguard/internal/version.Version=$(VERSION) -X 
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
 # Packages with goroutines run under the race detector.
-RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/...
+RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/... ./internal/podevents/...
 # Fuzz targets of the parsers of untrusted input, run briefly by make test
 # (a count, not a duration: a duration ends in "context deadline exceeded"
 # when a worker is slow to stop on a loaded machine);
@@ -24,10 +24,10 @@ RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/..
 FUZZ := ./config:FuzzParse ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./internal/policy:FuzzPodUID ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./doctor:FuzzParseCPUList ./doctor:FuzzParseProcTables \
-	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList
+	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/execwatch:FuzzParse ./internal/kmsg:FuzzParse
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
+HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./internal/execwatch/ ./internal/kmsg/ ./test/controlplane/ ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
@@ -60,10 +60,10 @@ image:
 	done; done
 	$(GO) run ./cmd/mkimage --bin $(BUILD)/image-bin --out $(BUILD)/image --release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
 
-# Binaries only the tests use: the VM's workload.
+# Binaries only the tests use: the VM's workload and its agent.
 test-bins:
 	@mkdir -p $(BUILD)/test-bin
-	$(GOBUILD) $(BUILD)/test-bin/guest ./test/vm/guest
+	$(GOBUILD) $(BUILD)/test-bin/ ./test/vm/guest ./test/vm/agent ./test/vm/nrirun ./test/vm/nriother
 
 # The real components the end-to-end tests run, from pinned Go modules under test/.
 components:
@@ -71,7 +71,7 @@ components:
 
 # Everything that needs neither root, runc, qemu nor a registry.
 test:
-	$(GO) test $$($(GO) list ./... | grep -v -e /nri-plugin -e /imagepatch -e /doctor -e /test/nriruntime)
+	$(GO) test $$($(GO) list ./... | grep -v -e /nri-plugin -e /imagepatch -e /doctor -e /test/nriruntime -e /internal/podevents)
 	$(GO) test -race $(RACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 

@@ -67,6 +67,8 @@ func connectPluginAt(t *testing.T, socket, cfgText, root string) *testPlugin {
 	tp := &testPlugin{logs: &syncBuffer{}, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	tp.p = New(cfg, nil, root, log, NewMetrics())
+	tp.p.execs = noExecs // the host's execs are not the fixture's
+	tp.p.kmsg = noKmsg   // nor its kernel log
 	ctx, cancel := context.WithCancel(context.Background())
 	tp.cancel = cancel
 	go func() { defer close(tp.done); tp.p.Serve(ctx, cfg.NRI, false) }()
@@ -106,16 +108,50 @@ func nriDir(t *testing.T) string {
 	return dir
 }
 
-func adjusted(rsp *api.CreateContainerResponse) (score string, group string) {
-	score, group = "untouched", "untouched"
-	lin := rsp.GetAdjust().GetLinux()
-	if v := lin.GetOomScoreAdj(); v != nil {
-		score = fmt.Sprint(v.GetValue())
+// claimed is what the plugin's answer to CreateContainer set: nothing, ever
+// (another plugin setting the same field would make NRI refuse the container).
+func claimed(rsp *api.CreateContainerResponse) string {
+	adj := rsp.GetAdjust()
+	if adj.GetLinux().GetOomScoreAdj() != nil || len(adj.GetLinux().GetResources().GetUnified()) > 0 ||
+		len(adj.GetAnnotations()) > 0 || len(adj.GetMounts()) > 0 || len(adj.GetEnv()) > 0 || len(adj.GetArgs()) > 0 ||
+		len(adj.GetHooks().GetCreateRuntime()) > 0 || len(adj.GetHooks().GetPrestart()) > 0 {
+		return adj.String()
 	}
-	if v, ok := lin.GetResources().GetUnified()["memory.oom.group"]; ok {
-		group = v
+	if len(rsp.GetUpdate()) > 0 {
+		return fmt.Sprint(rsp.GetUpdate())
 	}
-	return score, group
+	return ""
+}
+
+// onNode is what the fixture node shows of a container: the score of its
+// first process and its cgroup's memory.oom.group.
+func onNode(t *testing.T, root string, ctr *api.Container) (score, group string) {
+	t.Helper()
+	cg := filepath.Join(root, "sys/fs/cgroup", mustResolve(t, ctr.Linux.CgroupsPath))
+	procs, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _, _ := strings.Cut(string(procs), "\n")
+	s, _ := os.ReadFile(filepath.Join(root, "proc", pid, "oom_score_adj"))
+	g, _ := os.ReadFile(filepath.Join(cg, "memory.oom.group"))
+	return strings.TrimSpace(string(s)), strings.TrimSpace(string(g))
+}
+
+// createAndStart takes a container through NRI as a runtime does: created
+// (the plugin claims nothing), then started (the plugin sets it up).
+func createAndStart(t *testing.T, rs *nriruntime.Runtime, pod *api.PodSandbox, ctr *api.Container) {
+	t.Helper()
+	rsp, err := rs.Create(pod, ctr)
+	if err != nil {
+		t.Fatalf("the container must be created: %v", err)
+	}
+	if c := claimed(rsp); c != "" {
+		t.Fatalf("the plugin claimed %s at creation", c)
+	}
+	if err := rs.StartContainer(pod, ctr); err != nil {
+		t.Fatalf("the container must start: %v", err)
+	}
 }
 
 // v2Node is an empty cgroup v2 node.
@@ -126,88 +162,90 @@ func v2Node(t *testing.T) string {
 	return root
 }
 
-func TestCreateContainer(t *testing.T) {
-	dir := nriDir(t)
-	rs := startRuntime(t, dir, nil, nil)
-	tp := connectPlugin(t, dir, readShipped(t), v2Node(t))
-
-	for _, tc := range []struct {
+func TestStartContainerApplies(t *testing.T) {
+	type tc struct {
 		name         string
 		pod          *api.PodSandbox
-		score        int
-		args         []string
+		ctr          *api.Container
 		wantScore    string
 		wantGroup    string
 		wantRejected string
-	}{
-		{"guaranteed systemd", nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil), -997, []string{"/lib/systemd/systemd"}, "900", "0", ""},
-		{"besteffort app", nriruntime.KubeletPod("2", "ml", "besteffort", "runc", nil), 1000, []string{"/app"}, "untouched", "untouched", ""},
-		{"sysbox", nriruntime.KubeletPod("3", "ml", "burstable", "sysbox-runc", nil), 500, []string{"/bin/bash"}, "900", "0", ""},
-		{"kube-system init", nriruntime.KubeletPod("4", "kube-system", "guaranteed", "runc", nil), -997, []string{"/sbin/init"}, "untouched", "untouched", ""},
-		{"hostile immunity", nriruntime.KubeletPod("5", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": "-1000"}), -997, []string{"/sbin/init"}, "900", "0", "below 900"},
-		{"hostile garbage", nriruntime.KubeletPod("6", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": strings.Repeat("9", 4096)}), -997, []string{"/sbin/init"}, "900", "0", "not an integer"},
-		{"hostile group", nriruntime.KubeletPod("7", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-group": "yes please"}), -997, []string{"/sbin/init"}, "900", "0", "not a boolean"},
-		{"annotation raises", nriruntime.KubeletPod("8", "ml", "guaranteed", "runc", map[string]string{"oom-score-adj.oomguard.io/container.main": "990"}), -997, []string{"/sbin/init"}, "990", "0", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rsp, err := rs.Create(tc.pod, nriruntime.KubeletContainer(tc.pod, "main", tc.score, tc.args...))
-			if err != nil {
-				t.Fatalf("the container must be created: %v", err)
+	}
+	var cases []tc
+	add := func(name string, pod *api.PodSandbox, score int, args []string, wantScore, wantGroup, rejected string) {
+		cases = append(cases, tc{name, pod, nriruntime.KubeletContainer(pod, "main", score, args...), wantScore, wantGroup, rejected})
+	}
+	add("guaranteed systemd", nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil), -997, []string{"/lib/systemd/systemd"}, "900", "0", "")
+	add("besteffort app", nriruntime.KubeletPod("2", "ml", "besteffort", "runc", nil), 1000, []string{"/app"}, "1000", "1", "")
+	add("sysbox", nriruntime.KubeletPod("3", "ml", "burstable", "sysbox-runc", nil), 500, []string{"/bin/bash"}, "900", "0", "")
+	add("kube-system init", nriruntime.KubeletPod("4", "kube-system", "guaranteed", "runc", nil), -997, []string{"/sbin/init"}, "-997", "1", "")
+	add("hostile immunity", nriruntime.KubeletPod("5", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": "-1000"}), -997, []string{"/sbin/init"}, "900", "0", "below 900")
+	add("hostile garbage", nriruntime.KubeletPod("6", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-score-adj": strings.Repeat("9", 4096)}), -997, []string{"/sbin/init"}, "900", "0", "not an integer")
+	add("hostile group", nriruntime.KubeletPod("7", "ml", "guaranteed", "runc", map[string]string{"oomguard.io/oom-group": "yes please"}), -997, []string{"/sbin/init"}, "900", "0", "not a boolean")
+	add("annotation raises", nriruntime.KubeletPod("8", "ml", "guaranteed", "runc", map[string]string{"oom-score-adj.oomguard.io/container.main": "990"}), -997, []string{"/sbin/init"}, "990", "0", "")
+	var ctrs []*api.Container
+	for _, c := range cases {
+		ctrs = append(ctrs, c.ctr)
+	}
+	root := fixtureNode(t, ctrs, 1)
+	dir := nriDir(t)
+	rs := startRuntime(t, dir, nil, nil)
+	tp := connectPlugin(t, dir, readShipped(t), root)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			createAndStart(t, rs, c.pod, c.ctr)
+			if score, group := onNode(t, root, c.ctr); score != c.wantScore || group != c.wantGroup {
+				t.Fatalf("started with score %s group %s, want %s %s", score, group, c.wantScore, c.wantGroup)
 			}
-			score, group := adjusted(rsp)
-			if score != tc.wantScore || group != tc.wantGroup {
-				t.Fatalf("adjusted score %s group %s, want %s %s", score, group, tc.wantScore, tc.wantGroup)
-			}
-			if tc.wantRejected != "" && !strings.Contains(tp.logs.String(), tc.wantRejected) {
-				t.Fatalf("no rejection %q in the log:\n%s", tc.wantRejected, tp.logs.String())
+			if c.wantRejected != "" && !strings.Contains(tp.logs.String(), c.wantRejected) {
+				t.Fatalf("no rejection %q in the log:\n%s", c.wantRejected, tp.logs.String())
 			}
 		})
 	}
 	logs := tp.logs.String()
-	if !strings.Contains(logs, `msg=decision phase=create pod=ml/pod-1 container=main rule=init-as-pid1 oom_score_adj=-997→900 oom_group=1→0`) {
-		t.Fatalf("decision line missing:\n%s", logs)
+	for _, want := range []string{
+		`msg=decision phase=create pod=ml/pod-1 container=main rule=init-as-pid1 oom_score_adj=-997→900 oom_group=1→0`,
+		`msg="applied before start" pod=ml/pod-1 container=main rule=init-as-pid1 oom_score_adj=-997→900 oom_group=1→0`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("log line missing: %s\n%s", want, logs)
+		}
 	}
 }
 
-func TestUpdateContainerKeepsGroupOff(t *testing.T) {
-	dir := nriDir(t)
-	rs := startRuntime(t, dir, nil, nil)
-	connectPlugin(t, dir, readShipped(t), v2Node(t))
+// A resize: the runtime applies kubelet's memory.oom.group = 1 again; the
+// plugin, asked nothing at UpdateContainer, sets it back once it is applied.
+func TestPostUpdateSetsGroupAgain(t *testing.T) {
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
-	if _, err := rs.Create(pod, ctr); err != nil {
-		t.Fatal(err)
-	}
-	// A resize, as kubelet sends it: new limits and memory.oom.group = 1 again.
-	limit := int64(2 << 30)
-	rsp, err := rs.Update(pod, ctr, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: limit}},
+	other := nriruntime.KubeletContainer(pod, "sidecar", -997, "/app")
+	root := fixtureNode(t, []*api.Container{ctr, other}, 1)
+	dir := nriDir(t)
+	rs := startRuntime(t, dir, nil, nil)
+	connectPlugin(t, dir, readShipped(t), root)
+	createAndStart(t, rs, pod, ctr)
+	createAndStart(t, rs, pod, other)
+	rsp, err := rs.Update(pod, ctr, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 2 << 30}},
 		Unified: map[string]string{"memory.oom.group": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine *api.ContainerUpdate
 	for _, u := range rsp.GetUpdate() {
-		if u.GetContainerId() == ctr.Id {
-			mine = u
+		if g, ok := u.GetLinux().GetResources().GetUnified()["memory.oom.group"]; ok && g != "1" {
+			t.Fatalf("the plugin claimed memory.oom.group at UpdateContainer: %v", u)
 		}
 	}
-	res := mine.GetLinux().GetResources()
-	if res.GetUnified()["memory.oom.group"] != "0" || res.GetMemory().GetLimit().GetValue() != limit {
-		t.Fatalf("update for the container: %v", res)
-	}
-	// An unguarded container's resize is not touched.
-	other := nriruntime.KubeletContainer(pod, "sidecar", -997, "/app")
-	if _, err := rs.Create(pod, other); err != nil {
-		t.Fatal(err)
-	}
-	rsp, err = rs.Update(pod, other, &api.LinuxResources{Unified: map[string]string{"memory.oom.group": "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range rsp.GetUpdate() {
-		if g := u.GetLinux().GetResources().GetUnified()["memory.oom.group"]; u.GetContainerId() == other.Id && g != "1" {
-			t.Fatalf("unguarded container's update changed to %q", g)
+	for _, c := range []*api.Container{ctr, other} {
+		os.WriteFile(filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.oom.group"), []byte("1\n"), 0o644)
+		if err := rs.PostUpdate(pod, c); err != nil {
+			t.Fatal(err)
 		}
+	}
+	if _, group := onNode(t, root, ctr); group != "0" {
+		t.Fatalf("memory.oom.group %s after the resize, want 0", group)
+	}
+	if _, group := onNode(t, root, other); group != "1" {
+		t.Fatalf("an unguarded container's resize was changed: memory.oom.group %s", group)
 	}
 }
 
@@ -264,14 +302,8 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 			t.Fatalf("no synchronized line:\n%s", tp.logs.String())
 		}
 	}
-	updates := rs.LastSync()
-	if len(updates) != 2 {
-		t.Fatalf("want memory.oom.group updates for the 2 guarded containers, got %v", updates)
-	}
-	for _, u := range updates {
-		if u.GetLinux().GetResources().GetUnified()["memory.oom.group"] != "0" || !u.GetIgnoreFailure() {
-			t.Fatalf("update %v", u)
-		}
+	if updates := rs.LastSync(); len(updates) != 0 {
+		t.Fatalf("the plugin asked the runtime for updates at Synchronize (it claims nothing): %v", updates)
 	}
 	for pid := 1001; pid <= 1009; pid++ {
 		b, _ := os.ReadFile(filepath.Join(root, "proc", fmt.Sprint(pid), "oom_score_adj"))
@@ -289,7 +321,7 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	if v := gathered(t, tp.p.m, "oomguard_guarded_containers"); v != 2 {
 		t.Fatalf("oomguard_guarded_containers = %v, want 2", v)
 	}
-	// The group flag is also written at once, not only through the runtime's update.
+	// The group flag is written at once.
 	for i, want := range []string{"0\n", "0\n", "1\n"} {
 		cg := strings.TrimPrefix(mustResolve(t, ctrs[i].Linux.CgroupsPath), "/")
 		if b, _ := os.ReadFile(filepath.Join(root, "sys/fs/cgroup", cg, "memory.oom.group")); string(b) != want {
@@ -368,10 +400,13 @@ func (p *socketProxy) cut() {
 }
 
 func TestReconnectsWhenRuntimeRestarts(t *testing.T) {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	root := fixtureNode(t, []*api.Container{ctr}, 1)
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
 	proxy := newSocketProxy(t, filepath.Join(dir, "proxy.sock"), filepath.Join(dir, "nri.sock"))
-	tp := connectPluginAt(t, filepath.Join(dir, "proxy.sock"), readShipped(t), t.TempDir())
+	tp := connectPluginAt(t, filepath.Join(dir, "proxy.sock"), readShipped(t), root)
 	rs.Stop()
 	proxy.cut()
 	tp.waitConnected(t, false)
@@ -379,40 +414,44 @@ func TestReconnectsWhenRuntimeRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp.waitConnected(t, true)
-	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
-	rsp, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if score, _ := adjusted(rsp); score != "900" {
+	createAndStart(t, rs, pod, ctr)
+	if score, _ := onNode(t, root, ctr); score != "900" {
 		t.Fatalf("after reconnecting: score %s", score)
 	}
 }
 
 func TestManyContainersConcurrently(t *testing.T) {
+	const n = 400
+	var pods []*api.PodSandbox
+	var ctrs []*api.Container
+	for i := range n {
+		pod := nriruntime.KubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
+		args := "/sbin/init"
+		if i%2 == 1 {
+			args = "/app"
+		}
+		pods = append(pods, pod)
+		ctrs = append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, args))
+	}
+	root := fixtureNode(t, ctrs, 1)
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
-	connectPlugin(t, dir, readShipped(t), t.TempDir())
-	const n = 400
+	connectPlugin(t, dir, readShipped(t), root)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pod := nriruntime.KubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
-			args := "/sbin/init"
-			if i%2 == 1 {
-				args = "/app"
+			rsp, err := rs.Create(pods[i], ctrs[i])
+			if err == nil && claimed(rsp) != "" {
+				err = fmt.Errorf("claimed %s", claimed(rsp))
 			}
-			rsp, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, args))
+			if err == nil {
+				err = rs.StartContainer(pods[i], ctrs[i])
+			}
 			if err != nil {
-				errs <- err
-				return
-			}
-			score, _ := adjusted(rsp)
-			if want := map[bool]string{true: "900", false: "untouched"}[i%2 == 0]; score != want {
-				errs <- fmt.Errorf("container %d: score %s, want %s", i, score, want)
+				errs <- fmt.Errorf("container %d: %w", i, err)
 			}
 		}()
 	}
@@ -420,6 +459,11 @@ func TestManyContainersConcurrently(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	for i, c := range ctrs {
+		if score, _ := onNode(t, root, c); score != map[bool]string{true: "900", false: "-997"}[i%2 == 0] {
+			t.Errorf("container %d: score %s", i, score)
+		}
 	}
 }
 
@@ -473,15 +517,26 @@ func TestStrictUnusableFailsCreation(t *testing.T) {
 }
 
 // On a node whose memory controller is on cgroup v1 (or hybrid) the plugin
-// never sends memory.oom.group: runc refuses unified resources there, and
-// the container would fail to start.
+// sets the score only: memory.oom.group does not exist there.
 func TestCgroupV1NodeGetsNoGroup(t *testing.T) {
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "sys/fs/cgroup/memory"), 0o755)
-	os.MkdirAll(filepath.Join(root, "sys/fs/cgroup/unified"), 0o755)
-	os.WriteFile(filepath.Join(root, "sys/fs/cgroup/unified/cgroup.controllers"), nil, 0o644)
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 	running := nriruntime.KubeletContainer(pod, "running", -997, "/sbin/init")
+	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	root := t.TempDir()
+	write := func(p, c string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sys/fs/cgroup/unified/cgroup.controllers", "")
+	for i, c := range []*api.Container{running, ctr} {
+		cg := mustResolve(t, c.Linux.CgroupsPath)
+		pid := fmt.Sprint(2000 + i)
+		write("sys/fs/cgroup/memory"+cg+"/cgroup.procs", pid+"\n")
+		write("proc/"+pid+"/cgroup", "12:memory:"+cg+"\n0::"+cg+"\n")
+		write("proc/"+pid+"/oom_score_adj", "-997\n")
+	}
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, []*api.PodSandbox{pod}, []*api.Container{running})
 	tp := connectPlugin(t, dir, readShipped(t), root)
@@ -489,26 +544,14 @@ func TestCgroupV1NodeGetsNoGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if u := rs.LastSync(); len(u) != 0 {
-		t.Fatalf("Synchronize asked for updates on cgroup v1: %v", u)
+		t.Fatalf("Synchronize asked for updates: %v", u)
 	}
-	rsp, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if score, group := adjusted(rsp); score != "900" || group != "untouched" {
-		t.Fatalf("adjusted score %s group %s, want 900 and no group", score, group)
+	createAndStart(t, rs, pod, ctr)
+	if b, _ := os.ReadFile(filepath.Join(root, "proc/2001/oom_score_adj")); string(b) != "900\n" {
+		t.Fatalf("score %q on cgroup v1, want 900", b)
 	}
 	if !strings.Contains(tp.logs.String(), `oom_group="unsupported on cgroup v1 (hybrid)"`) {
 		t.Fatalf("the group must be reported unsupported:\n%s", tp.logs.String())
-	}
-	urs, err := rs.Update(pod, running, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 1 << 30}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range urs.GetUpdate() {
-		if _, ok := u.GetLinux().GetResources().GetUnified()["memory.oom.group"]; ok {
-			t.Fatalf("update carries memory.oom.group on cgroup v1: %v", u)
-		}
 	}
 }
 
@@ -550,7 +593,7 @@ func TestContainment(t *testing.T) {
 	startRuntime(t, dir, []*api.PodSandbox{pod}, ctrs)
 	tp := connectPlugin(t, dir, readShipped(t), root)
 	for _, c := range ctrs {
-		tp.p.PostStartContainer(context.Background(), pod, c)
+		tp.p.StartContainer(context.Background(), pod, c)
 	}
 	tp.p.verifyAll()
 	for pid, want := range map[int]string{1: "0\n", 400: "-1000\n", 500: "-997\n"} {
@@ -571,7 +614,7 @@ func TestContainment(t *testing.T) {
 	}
 }
 
-// PostStartContainer and the verifier work on the same guards at once: the
+// StartContainer and the verifier work on the same guards at once: the
 // race detector (make test runs this package under -race) must find nothing.
 func TestVerifierAndStartRace(t *testing.T) {
 	var ctrs []*api.Container
@@ -597,7 +640,7 @@ func TestVerifierAndStartRace(t *testing.T) {
 			for i := range 20 {
 				c := nriruntime.KubeletContainer(pod, fmt.Sprintf("c%d", i%len(ctrs)), -997, "/sbin/init")
 				c.Pid = uint32(1001 + i%16)
-				tp.p.PostStartContainer(context.Background(), pod, c)
+				tp.p.StartContainer(context.Background(), pod, c)
 			}
 		}()
 	}

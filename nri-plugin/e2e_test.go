@@ -3,6 +3,7 @@
 package nriplugin
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
@@ -15,10 +16,11 @@ import (
 	"github.com/oomguard/oomguard/test/testbin"
 )
 
-// The plugin binary, connected to NRI's runtime side over its socket, makes
-// the adjustment; NRI's generator applies it to the spec as containerd does;
-// runc runs the container; the container reads its score from inside.
-func TestE2EAdjustedSpecRunsWithRunc(t *testing.T) {
+// The plugin binary, connected to NRI's runtime side over its socket, sets
+// up a runc container on this host as containerd runs it (CreateContainer,
+// runc create, StartContainer, runc start): the container's processes read
+// the rule's score from inside, and the plugin claimed nothing at creation.
+func TestE2ESetUpBeforeRuncStarts(t *testing.T) {
 	if err := runcbundle.Available(); err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +33,8 @@ func TestE2EAdjustedSpecRunsWithRunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Stop()
+	var log syncBuffer
+	rt.PluginLog = &log
 	plugin, err := rt.StartPlugin(bin, "--config", shippedConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -46,30 +50,24 @@ func TestE2EAdjustedSpecRunsWithRunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	// kubelet's Burstable score: this host lacks CAP_SYS_RESOURCE for -997.
-	pod := nriruntime.KubeletPod("e2e", "ml", "burstable", "runc", nil)
-	ctr := nriruntime.KubeletContainer(pod, "main", 500, "/sbin/init")
-	rsp, err := rt.Create(pod, ctr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	score := 500
 	b.Spec.Process.OOMScoreAdj = &score
-	if err := nriruntime.ApplyAdjustment(b.Spec, rsp.GetAdjust()); err != nil {
+	b.SetQoS("burstable")
+	if err := b.Save(); err != nil {
 		t.Fatal(err)
-	}
-	// The spec runs as NRI's generator left it: on this host's cgroup v1 the
-	// plugin must not have asked for memory.oom.group, which runc refuses there.
-	group, asked := b.Spec.Linux.Resources.Unified["memory.oom.group"]
-	if v2 := kernel.DetectMode("/") == kernel.ModeV2; (v2 && group != "0") || (!v2 && asked) {
-		t.Fatalf("spec memory.oom.group = %q (set %v) on a cgroup %s host", group, asked, kernel.DetectMode("/"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := b.Run(ctx, "oomguard-nri-e2e")
+	var stdout, stderr bytes.Buffer
+	code, err := rt.RunBundle(ctx, filepath.Join(b.Dir, "runc-state"), b.Dir, "oomguard-nri-e2e", "ml", &stdout, &stderr)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s\nplugin:\n%s", err, stderr.String(), log.String())
 	}
-	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "self=900\n") || !strings.Contains(res.Stdout, "child=900\n") {
-		t.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	if code != 0 || !strings.Contains(stdout.String(), "self=900\n") || !strings.Contains(stdout.String(), "child=900\n") {
+		t.Fatalf("exit %d stdout %q stderr %q\nplugin:\n%s", code, stdout.String(), stderr.String(), log.String())
+	}
+	// On this host's cgroup v1 the group is reported, not written.
+	if v2 := kernel.DetectMode("/") == kernel.ModeV2; !v2 && !strings.Contains(log.String(), "unsupported on cgroup v1") {
+		t.Fatalf("the plugin did not report the group unsupported:\n%s", log.String())
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
+
 	"github.com/oomguard/oomguard/test/flood"
 	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/testbin"
@@ -24,8 +26,8 @@ const chartMemoryLimit = 64 << 20
 
 // Anything on the node's network can reach the metrics port. A flood of it
 // (idle connections, headers a byte a second, near-1 MiB headers, keep-alive
-// connections held) must not stop enforcement: every container created
-// through NRI's runtime side meanwhile gets its adjustment, the plugin stays
+// connections held) must not stop enforcement: every container created and
+// started through NRI's runtime side meanwhile is set up, the plugin stays
 // under the chart's memory limit, and /healthz answers again afterwards.
 func TestE2EMetricsFloodCannotStopEnforcement(t *testing.T) {
 	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
@@ -38,7 +40,15 @@ func TestE2EMetricsFloodCannotStopEnforcement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Stop()
-	plugin, err := rt.StartPlugin(bin, "--config", shippedConfig, "--root", v2Node(t), "--metrics-address", addr)
+	const n = 300
+	var pods []*api.PodSandbox
+	var ctrs []*api.Container
+	for i := range n {
+		pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+		pods, ctrs = append(pods, pod), append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
+	}
+	root := fixtureNode(t, ctrs, 1)
+	plugin, err := rt.StartPlugin(bin, "--config", shippedConfig, "--root", root, "--metrics-address", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,14 +63,9 @@ func TestE2EMetricsFloodCannotStopEnforcement(t *testing.T) {
 			peak = hwm
 		}
 	}
-	const n = 300
 	for i := range n {
-		pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
-		rsp, err := rt.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
-		if err != nil {
-			t.Fatalf("container %d created without the plugin during the flood: %v", i, err)
-		}
-		if score, group := adjusted(rsp); score != "900" || group != "0" {
+		createAndStart(t, rt, pods[i], ctrs[i])
+		if score, group := onNode(t, root, ctrs[i]); score != "900" || group != "0" {
 			t.Fatalf("container %d during the flood: score %s group %s", i, score, group)
 		}
 		sample()

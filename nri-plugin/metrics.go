@@ -28,6 +28,11 @@ type Metrics struct {
 	syncDuration prometheus.Gauge
 	connected    prometheus.Gauge
 	serveErrors  prometheus.Counter
+	execLost     prometheus.Counter
+	kills        *prometheus.CounterVec
+	daemonKills  *prometheus.CounterVec
+	kmsgLost     prometheus.Counter
+	killLag      prometheus.Histogram
 	isConnected  atomic.Bool
 }
 
@@ -38,7 +43,7 @@ func NewMetrics() *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_decisions_total",
 			Help: "Containers a rule or annotation changed, by rule."}, []string{"rule"}),
 		adjustments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_adjustments_total",
-			Help: "Values set, by setting and phase (create, update, synchronize, start, verify)."}, []string{"setting", "phase"}),
+			Help: "Values set, by setting and phase (start, synchronize, update, exec, verify)."}, []string{"setting", "phase"}),
 		rejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_annotation_rejections_total",
 			Help: "Pod annotations rejected and not applied."}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_drift_corrections_total",
@@ -55,12 +60,23 @@ func NewMetrics() *Metrics {
 			Help: "1 while connected to the runtime's NRI."}),
 		serveErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_metrics_listen_errors_total",
 			Help: "Times the metrics address could not be bound (retried; enforcement goes on)."}),
+		execLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_exec_events_lost_total",
+			Help: "Times the kernel dropped process events (execs came faster than read); the verifier finds what they missed."}),
+		kills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_oom_kills_total",
+			Help: "OOM kills the kernel logged in pods, by namespace, pod, container (empty when the runtime did not name it) and kind (container, parent, node); a container's series go when it is removed."},
+			[]string{"namespace", "pod", "container", "kind"}),
+		daemonKills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_daemon_oom_kills_total",
+			Help: "OOM kills of processes outside every pod (node daemons: sshd, kubelet, the runtime, …), by kind."}, []string{"kind"}),
+		kmsgLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_kernel_log_lost_total",
+			Help: "Times the kernel overwrote log records before they were read; OOM kills among them were not reported."}),
+		killLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "oomguard_oom_kill_report_delay_seconds",
+			Help: "From the kernel's OOM kill record to oomguard's report of it.", Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 10}}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
 	buildInfo.WithLabelValues(version.Version, version.Commit).Set(1)
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
-		m.connected, m.serveErrors, buildInfo)
+		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, buildInfo)
 	return m
 }
 

@@ -38,7 +38,7 @@ func TestVerifierNeverFollowsAReusedPid(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctrA.Pid = 1001
-	if err := p.PostStartContainer(context.Background(), podA, ctrA); err != nil {
+	if err := p.StartContainer(context.Background(), podA, ctrA); err != nil {
 		t.Fatal(err)
 	}
 	read := func(p string) string {

@@ -1,8 +1,10 @@
 // Package nriplugin is oomguard-nri's work: an NRI plugin for containerd
-// (≥ 1.7) and CRI-O (≥ 1.26) that makes the runtime create the containers
-// the oomguard policy selects with the right oom_score_adj and
-// memory.oom.group, keeps them so, and fixes the containers that already ran
-// when it started.
+// (≥ 1.7) and CRI-O (≥ 1.26) that gives the containers the oomguard policy
+// selects the right oom_score_adj and memory.oom.group before their first
+// process runs, keeps them so (resizes, processes exec'd into them, drift),
+// and fixes the containers that already ran when it started. It claims no
+// field through NRI, so no other plugin's adjustment can make a container
+// fail over it.
 package nriplugin
 
 import (
@@ -10,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +28,11 @@ import (
 	"github.com/oomguard/oomguard/internal/facts/nrifacts"
 )
 
-// Plugin adjusts containers as the runtime creates them, keeps the setting
-// through updates, fixes existing containers at Synchronize and re-asserts
-// drift. Its handlers fail open: an error is logged and counted, and the
-// container is created unadjusted, unless the configuration is strict.
+// Plugin sets containers before they start, keeps the setting through
+// updates and execs, fixes existing containers at Synchronize, re-asserts
+// drift and reports the OOM kills on the node. Its handlers fail open: an
+// error is logged and counted, and the container starts as kubelet asked,
+// unless the configuration is strict.
 type Plugin struct {
 	cfg      atomic.Pointer[config.Config]
 	node     atomic.Pointer[enforce.Node] // the node as cfg's containment sees it
@@ -37,9 +43,13 @@ type Plugin struct {
 	m        *Metrics
 
 	mu      sync.Mutex
-	guarded map[string]*guard // by container ID
+	guarded map[string]*guard  // by container ID
+	known   map[string]ctrInfo // every container the runtime told of, by ID
 
 	background sync.WaitGroup // Synchronize's fixes, after its reply
+	execs      func() (execSource, error)
+	kmsg       func() (kmsgSource, error)
+	events     Recorder // nil: no Events
 }
 
 // guard is a container the policy changed, and what it must keep. Its
@@ -67,7 +77,7 @@ func (g *guard) attrs(more ...any) []any {
 // strict mode, the plugin fails every container's creation until the runtime
 // passes a usable configuration.
 func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Metrics) *Plugin {
-	p := &Plugin{root: root, log: log, m: m, guarded: map[string]*guard{}}
+	p := &Plugin{root: root, log: log, m: m, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, execs: openExecs, kmsg: openKmsg}
 	p.setConfig(cfg)
 	p.runtime.Store(facts.RuntimeUnknown)
 	var le *config.LoadError
@@ -114,9 +124,10 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 	return 0, nil // subscribe to every event the plugin implements
 }
 
-// Synchronize fixes the containers that already run: memory.oom.group through
-// the runtime, oom_score_adj for every process in each container's cgroup
-// (after the reply; "synchronized" is logged when that is done).
+// Synchronize fixes the containers that already run: memory.oom.group and
+// oom_score_adj of every process in each container's cgroup, after the
+// reply ("synchronized" is logged when that is done). It asks the runtime
+// for nothing (see CreateContainer).
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) (updates []*api.ContainerUpdate, err error) {
 	start := time.Now()
 	defer p.failOpen("synchronize", &err)
@@ -124,7 +135,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
 	}
-	fresh := map[string]*guard{}
+	fresh, known := map[string]*guard{}, map[string]ctrInfo{}
 	type fix struct {
 		g *guard
 		c *enforce.Container
@@ -135,6 +146,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			continue
 		}
 		pod := byID[ctr.GetPodSandboxId()]
+		known[ctr.GetId()] = newCtrInfo(pod, ctr)
 		g := p.decide("synchronize", pod, ctr)
 		if g == nil {
 			continue
@@ -145,147 +157,151 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			continue
 		}
 		fixes = append(fixes, fix{g, c})
-		if u := groupUpdate(g); u != nil {
-			updates = append(updates, u)
-			p.m.adjustments.WithLabelValues(enforce.SettingGroup, "synchronize").Inc()
-		}
 	}
 	p.mu.Lock()
-	p.guarded = fresh
+	p.guarded, p.known = fresh, known
 	p.mu.Unlock()
 	p.m.setConnected(true)
 	// The runtime drops a plugin that answers late (CRI-O and containerd
 	// allow 2 s): the processes are fixed after the reply, not before it.
 	// The counts are taken now: fresh is the handlers' map from here on.
 	containers, guarded := len(ctrs), len(fresh)
+	ids := slices.Collect(maps.Keys(known))
 	p.background.Add(1)
-	go func(groupUpdates int) {
+	go func() {
 		defer p.background.Done()
 		var err error
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
+		for _, id := range ids {
+			p.countFrom(id)
+		}
 		for _, f := range fixes {
 			g, c := f.g, f.c
 			if g.plan.Group != nil {
-				// Also directly: the runtime applies its update only when it gets to it.
 				if ch := p.enforceGroup(g, c, "synchronize"); ch.Err != nil && !enforce.IsGone(ch.Err) {
 					p.m.errors.WithLabelValues("synchronize").Inc()
 					p.log.Warn("setting memory.oom.group failed", g.attrs("cgroup", c.Cgroup(), "err", ch.Err)...)
 				}
 			}
 			if g.plan.Score != nil {
-				if n := p.enforceScore(g, c, "synchronize"); n > 0 {
+				if n, _ := p.enforceScore(g, c, "synchronize"); n > 0 {
 					p.log.Info("existing container fixed", g.attrs("processes", n, "oom_score_adj", *g.plan.Score)...)
 				}
 			}
 		}
 		d := time.Since(start)
 		p.m.syncDuration.Set(d.Seconds())
-		p.log.Info("synchronized", "containers", containers, "guarded", guarded, "group_updates", groupUpdates, "duration", d.Round(time.Microsecond))
-	}(len(updates))
-	return updates, nil
+		p.log.Info("synchronized", "containers", containers, "guarded", guarded, "duration", d.Round(time.Microsecond))
+	}()
+	return nil, nil
 }
 
 // waitBackground waits for Synchronize's fixes to be done.
 func (p *Plugin) waitBackground() { p.background.Wait() }
 
-// CreateContainer puts the plan into the container's spec, so the runtime
-// applies it before any of the container's processes runs.
+// CreateContainer decides; the plan is applied at StartContainer, before
+// the container's first process runs. oomguard adjusts nothing through NRI:
+// NRI refuses a container whose oom_score_adj or memory.oom.group two
+// plugins set, and a pod must never fail to start because of oomguard.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, upd []*api.ContainerUpdate, err error) {
 	defer p.failOpen("create", &err)
 	if e := p.unusable.Load(); e != nil {
 		return nil, nil, *e
 	}
-	g := p.decide("create", pod, ctr)
-	if g == nil {
-		return nil, nil, nil
+	p.learn(pod, ctr)
+	if g := p.decide("create", pod, ctr); g != nil {
+		p.mu.Lock()
+		p.guarded[g.id] = g
+		p.mu.Unlock()
 	}
-	adj = adjustment(g.plan)
-	if g.plan.Score != nil {
-		p.m.adjustments.WithLabelValues(enforce.SettingScore, "create").Inc()
-	}
-	if g.plan.Group != nil {
-		p.m.adjustments.WithLabelValues(enforce.SettingGroup, "create").Inc()
-	}
-	p.mu.Lock()
-	p.guarded[g.id] = g
-	p.mu.Unlock()
-	return adj, nil, nil
+	return nil, nil, nil
 }
 
-// adjustment is the plan as NRI carries it to the runtime: the score, and
-// the group as a unified cgroup resource (only in a plan for cgroup v2,
-// since runc refuses unified resources on v1). Nil when the plan sets nothing.
-func adjustment(plan enforce.Plan) *api.ContainerAdjustment {
-	if !plan.Changes() {
-		return nil
-	}
-	adj := &api.ContainerAdjustment{}
-	if plan.Score != nil {
-		v := *plan.Score
-		adj.SetLinuxOomScoreAdj(&v)
-	}
-	if plan.Group != nil {
-		adj.AddLinuxUnified(facts.UnifiedOOMGroup, enforce.GroupValue(*plan.Group))
-	}
-	return adj
-}
-
-// groupUpdate asks the runtime to set a guarded container's group again, nil
-// when its plan leaves the group alone.
-func groupUpdate(g *guard) *api.ContainerUpdate {
-	if g.plan.Group == nil {
-		return nil
-	}
-	u := &api.ContainerUpdate{}
-	u.SetContainerId(g.id)
-	u.AddLinuxUnified(facts.UnifiedOOMGroup, enforce.GroupValue(*g.plan.Group))
-	u.SetIgnoreFailure()
-	return u
-}
-
-// PostStartContainer checks the started container at once: runtimes older
-// than containerd 2.0 and CRI-O 1.32 ignore an adjusted oom_score_adj.
-func (p *Plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
+// StartContainer applies the plan to the created container, whose process
+// (the runtime's init, waiting) holds what the container's processes will
+// inherit: the runtime starts it when this returns.
+func (p *Plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
 	defer p.failOpen("start", &err)
 	p.mu.Lock()
 	g := p.guarded[ctr.GetId()]
 	if g != nil && ctr.GetPid() != 0 {
 		g.pid = ctr.GetPid()
 	}
+	if c, ok := p.known[ctr.GetId()]; ok && ctr.GetPid() != 0 {
+		c.pid = ctr.GetPid()
+		p.known[ctr.GetId()] = c
+	}
 	p.mu.Unlock()
-	if g != nil {
-		p.verify(g, "start")
+	p.countFrom(ctr.GetId())
+	if g == nil {
+		return nil
+	}
+	c, err := p.container(g, "start")
+	if err != nil {
+		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
+	}
+	var group, score enforce.Change
+	if g.plan.Group != nil {
+		if group = p.enforceGroup(g, c, "start"); group.Err != nil {
+			err = group.Err
+		}
+	}
+	if g.plan.Score != nil {
+		to := strconv.Itoa(*g.plan.Score)
+		score = enforce.Change{Setting: enforce.SettingScore, From: to, To: to, What: enforce.Unchanged}
+		n, serr := p.enforceScore(g, c, "start")
+		if n > 0 {
+			score.What, score.From = enforce.Changed, ""
+			if v := ctr.GetLinux().GetOomScoreAdj(); v != nil {
+				score.From = strconv.FormatInt(v.GetValue(), 10)
+			}
+		}
+		err = errors.Join(err, serr)
+	}
+	p.log.Info("applied before start", g.attrs(enforce.SettingScore, score.String(), enforce.SettingGroup, group.String())...)
+	if err != nil {
+		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
 	}
 	return nil
 }
 
-// UpdateContainer keeps memory.oom.group as decided: kubelet re-sends
-// memory.oom.group = 1 with every resize.
-func (p *Plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (upd []*api.ContainerUpdate, err error) {
+// PostUpdateContainer sets the plan again after a resize: kubelet re-sends
+// memory.oom.group = 1 (and its score) with every one, and the runtime has
+// applied them.
+func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
 	defer p.failOpen("update", &err)
 	p.mu.Lock()
 	g := p.guarded[ctr.GetId()]
 	p.mu.Unlock()
-	if g == nil || g.plan.Group == nil {
-		return nil, nil
+	if g != nil {
+		p.verify(g, "update")
 	}
-	want := enforce.GroupValue(*g.plan.Group)
-	if got, ok := res.GetUnified()[facts.UnifiedOOMGroup]; ok && got != want {
-		ch := enforce.Change{Setting: enforce.SettingGroup, From: got, To: want, What: enforce.Planned}
-		p.log.Info("update overridden", g.attrs(enforce.SettingGroup, ch.String())...)
-	}
-	u := groupUpdate(g)
-	u.IgnoreFailure = false
-	p.m.adjustments.WithLabelValues(enforce.SettingGroup, "update").Inc()
-	return []*api.ContainerUpdate{u}, nil
+	return nil
 }
 
-// RemoveContainer forgets the container.
+// RemoveContainer forgets the container, and its OOM kill series.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	p.mu.Lock()
 	delete(p.guarded, ctr.GetId())
+	info, ok := p.known[ctr.GetId()]
+	delete(p.known, ctr.GetId())
 	p.mu.Unlock()
+	if ok {
+		p.m.forget(info)
+	}
 	return nil
+}
+
+// learn records the container's names, for the OOM kills in it.
+func (p *Plugin) learn(pod *api.PodSandbox, ctr *api.Container) {
+	p.mu.Lock()
+	p.known[ctr.GetId()] = newCtrInfo(pod, ctr)
+	p.mu.Unlock()
+}
+
+func newCtrInfo(pod *api.PodSandbox, ctr *api.Container) ctrInfo {
+	return ctrInfo{namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(), podUID: pod.GetUid(),
+		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid()}
 }
 
 // Shutdown is the runtime going away; the run loop reconnects.
@@ -363,13 +379,14 @@ func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
 }
 
 // enforceScore writes the planned score to every process of the container
-// that does not have it, and returns how many it changed.
-func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) int {
+// that does not have it, and returns how many it changed; its failures are
+// logged and counted.
+func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) (int, error) {
 	changed, errs := c.Scores(*g.plan.Score)
 	for _, err := range errs {
 		p.m.errors.WithLabelValues(phase).Inc()
 		p.log.Warn("setting oom_score_adj failed", g.attrs("cgroup", c.Cgroup(), "err", err)...)
 	}
 	p.m.adjustments.WithLabelValues(enforce.SettingScore, phase).Add(float64(changed))
-	return changed
+	return changed, errors.Join(errs...)
 }

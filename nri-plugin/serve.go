@@ -19,6 +19,8 @@ import (
 // backoff, so a runtime restart never leaves it crash-looping.
 func (p *Plugin) Serve(ctx context.Context, cfg config.NRI, launched bool) error {
 	go p.verifyLoop(ctx, cfg.VerifyInterval.Duration)
+	go p.watchExecs(ctx, p.execs)
+	go p.watchKills(ctx, p.kmsg)
 	backoff := time.Second
 	for {
 		start := time.Now()

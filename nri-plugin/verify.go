@@ -70,13 +70,12 @@ func (p *Plugin) verify(g *guard, phase string) {
 	g.missing = 0
 	p.mu.Unlock()
 	if g.plan.Score != nil {
-		switch n := p.enforceScore(g, c, phase); {
+		switch n, _ := p.enforceScore(g, c, phase); {
 		case n > 0 && phase == "verify":
 			p.m.drift.WithLabelValues(enforce.SettingScore).Add(float64(n))
 			p.log.Info("drift corrected", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
-		case n > 0 && phase == "start":
-			// The runtime ignored the adjustment (containerd < 1.7.26 / 2.0, CRI-O < 1.32).
-			p.log.Info("fixed after start", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
+		case n > 0 && phase == "update":
+			p.log.Info("set again after an update", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
 		}
 	}
 }
@@ -102,6 +101,10 @@ func (p *Plugin) verifyGroup(g *guard, c *enforce.Container, phase string) error
 	ch := p.enforceGroup(g, c, phase)
 	if ch.Err != nil || ch.What != enforce.Changed {
 		return ch.Err
+	}
+	if phase == "update" {
+		p.log.Info("set again after an update", g.attrs(enforce.SettingGroup, ch.String())...)
+		return nil
 	}
 	p.m.drift.WithLabelValues(enforce.SettingGroup).Inc()
 	p.log.Info("drift corrected", g.attrs(enforce.SettingGroup, ch.String())...)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # components.sh DIR: builds the real components the end-to-end tests run, each
 # from pinned sources under test/, into DIR/NAME/: containerd 2.x and 1.7
-# (two releases, either side of NRI's score adjustment), a real kubelet,
-# CRI-O, helm and kustomize. A component is rebuilt only when its pins
-# changed; each says how long it took.
+# (two releases, either side of NRI's score adjustment), Kubernetes (the
+# kubelet, and etcd with the control plane and kubectl in one binary),
+# CRI-O, helm and kustomize, and the NVIDIA container toolkit's nvidia-ctk.
+# A component is rebuilt only when its pins changed; each says how long it
+# took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=$(realpath -m "${1:-build/components}")
@@ -58,17 +60,34 @@ for v in 1.7.35 1.7.25; do
 		containerd-shim-runc-v2=github.com/containerd/containerd/cmd/containerd-shim-runc-v2
 done
 
-kube=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\).*/\1/p; s/^\tk8s.io\/kubernetes \(v[0-9.]*\).*/\1/p' test/kubelet/go.mod | head -1)
+# The kubelet goes into the VM; kube (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl) runs on the build host:
+# one go build, their shared packages compiled once.
+kube=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\).*/\1/p; s/^\tk8s.io\/kubernetes \(v[0-9.]*\).*/\1/p' test/kubernetes/go.mod | head -1)
 minor=$(echo "$kube" | cut -d. -f2)
-LDFLAGS="-X k8s.io/component-base/version.gitVersion=$kube -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
-	module kubelet test/kubelet go.mod kubelet=k8s.io/kubernetes/cmd/kubelet
+start=$SECONDS
+# shellcheck disable=SC2046
+if ! fresh kubernetes test/kubernetes/go.mod test/kubernetes/go.sum $(find test/kubernetes -name '*.go' | sort); then
+	(cd test/kubernetes && GOFLAGS=-mod=mod \
+		LDFLAGS="-X k8s.io/component-base/version.gitVersion=$kube -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+		"$gobuild" "$dest/kubernetes/" k8s.io/kubernetes/cmd/kubelet ./cmd/kube)
+	for n in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf kube "$dest/kubernetes/$n"; done
+	built kubernetes "$start"
+fi
 
-# The real helm and kustomize the chart and the kustomization are rendered
-# with, and the test tool that makes the chart's pod a static pod.
+# nvidia-ctk needs cgo (NVML is loaded at run time); the VM gets its libc.
+start=$SECONDS
+# shellcheck disable=SC2046
+if ! fresh nvidia test/nvidia/go.mod test/nvidia/go.sum $(find test/nvidia -name '*.go' | sort); then
+	(cd test/nvidia && GOFLAGS=-mod=mod "$gobuild" "$dest/nvidia/nvidia-uninstall" ./cmd/nvidia-uninstall &&
+		GOFLAGS=-mod=mod CGO_ENABLED=1 "$gobuild" "$dest/nvidia/nvidia-ctk" github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk)
+	built nvidia "$start"
+fi
+
+# The real helm and kustomize the chart and the kustomization are rendered with.
 module helm test/helm go.mod \
 	helm=helm.sh/helm/v3/cmd/helm \
-	kustomize=sigs.k8s.io/kustomize/kustomize/v5 \
-	staticpod=./cmd/staticpod
+	kustomize=sigs.k8s.io/kustomize/kustomize/v5
 
 # CRI-O is not on the module proxy: from its release source, vendored.
 crio_src=test/crio/crio-v1.34.11-pruned-src.tar.xz
@@ -80,7 +99,7 @@ if ! fresh crio "$crio_src"; then
 	tar -xJf "$crio_src" -C "$src"
 	tags='containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper'
 	for b in crio=./cmd/crio copyimg=./test/copyimg; do
-		(cd "$src" && "$gobuild" "$dest/crio/${b%%=*}" "${b#*=}" -mod=vendor -tags "$tags")
+		(cd "$src" && "$gobuild" "$dest/crio/${b%%=*}" "${b#*=}" -mod=vendor "-tags=$(echo $tags | tr ' ' ,)")
 	done
 	make -s -C "$src/pinns" >/dev/null
 	cp "$src/bin/pinns" "$dest/crio/pinns"

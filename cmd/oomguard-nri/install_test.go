@@ -494,3 +494,43 @@ func TestUninstallLeavesNoDirectories(t *testing.T) {
 		t.Fatalf("auto install on a containerd node: %d %s", code, out)
 	}
 }
+
+// Another tool's drop-in (the NVIDIA toolkit's) added after install is
+// loaded through the imports install added: uninstall keeps them, and the
+// other drop-in stays loaded; NRI goes off with oomguard's drop-in.
+func TestUninstallKeepsImportsOthersUse(t *testing.T) {
+	for _, tc := range []struct{ name, config string }{{"2.x", containerd2Config}, {"without a config", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := map[string]string{"/etc/containerd/.keep": ""}
+			args := []string{"install", "--root", "", "--binary", ""}
+			if tc.config != "" {
+				files[install.ContainerdConfig] = tc.config
+			} else {
+				args = append(args, "--containerd-config-version", "3")
+			}
+			root, bin := installRoot(t, files)
+			args[2], args[4] = root, bin
+			if out, code := runInstall(t, args...); code != 0 {
+				t.Fatalf("install: %d %s", code, out)
+			}
+			nvidia := filepath.Join(root, "/etc/containerd/conf.d/99-nvidia.toml")
+			if err := os.WriteFile(nvidia, []byte("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n  runtime_type = 'io.containerd.runc.v2'\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runInstall(t, "uninstall", "--root", root)
+			if code != 0 || !strings.Contains(out, "kept "+install.ContainerdConfig+": its imports load /etc/containerd/conf.d/99-nvidia.toml") {
+				t.Fatalf("uninstall: %d %s", code, out)
+			}
+			if _, err := os.Stat(nvidia); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(root, install.ContainerdDropIn)); err == nil {
+				t.Fatal("oomguard's drop-in left after uninstall")
+			}
+			b, err := os.ReadFile(filepath.Join(root, install.ContainerdConfig))
+			if err != nil || !strings.Contains(string(b), "/etc/containerd/conf.d/*.toml") {
+				t.Fatalf("the imports the NVIDIA drop-in needs are gone: %v\n%s", err, b)
+			}
+		})
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/cli"
 	"github.com/oomguard/oomguard/internal/logging"
+	"github.com/oomguard/oomguard/internal/podevents"
 	"github.com/oomguard/oomguard/internal/version"
 	nriplugin "github.com/oomguard/oomguard/nri-plugin"
 )
@@ -34,6 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 // flags of the plugin's run.
 type flags struct {
 	cfgPath, socket, root, metricsAddr string
+	events                             bool
+	apiServer, node                    string
 }
 
 func program() *cli.Command {
@@ -48,6 +51,9 @@ func program() *cli.Command {
 			fs.StringVar(&f.socket, "socket", "", "NRI socket `PATH` (default: the config's nri.socket)")
 			fs.StringVar(&f.root, "root", "/", "host filesystem `DIR` holding /proc and /sys")
 			fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve /metrics and /healthz at `ADDR` (default: the config's nri.metrics_address)")
+			fs.BoolVar(&f.events, "events", false, "record a Warning Event on the pod for each OOM kill in it (the pod's service account must be allowed to create and patch events)")
+			fs.StringVar(&f.apiServer, "api-server", "", "the API server's `URL` for Events (default: the pod's KUBERNETES_SERVICE_HOST)")
+			fs.StringVar(&f.node, "node-name", os.Getenv("NODE_NAME"), "the node's `NAME`, the Events' source (default $NODE_NAME)")
 		},
 		Run: func(_ context.Context, _ []string, s cli.IO) int { return plugin(f, s.Stderr) },
 		Commands: []*cli.Command{
@@ -96,6 +102,16 @@ func plugin(f flags, stderr io.Writer) int {
 		m.Serve(ctx, cfg.NRI.MetricsAddress, log)
 	}
 	p := nriplugin.New(cfg, cfgErr, f.root, log, m)
+	if f.events {
+		c, err := podevents.InCluster(f.apiServer)
+		if err != nil {
+			log.Error("not recording Events; OOM kills are still logged and counted", "err", err)
+		} else {
+			rec := podevents.NewRecorder(c, "oomguard-nri", f.node, log)
+			go rec.Run(ctx)
+			p.RecordEvents(rec)
+		}
+	}
 	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

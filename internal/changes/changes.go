@@ -299,8 +299,18 @@ func (s *Set) holds(p string, data []byte) bool {
 	return err == nil && bytes.Equal(old, data)
 }
 
-// WriteFile writes a file oomguard owns, reporting unchanged when it holds data.
+// BackupExt is what WriteFile appends to the name of a file it found there
+// before it, for its backup.
+const BackupExt = ".oomguard-backup"
+
+// WriteFile writes a file oomguard owns, reporting unchanged when it holds
+// data. A file that was there before it (and is not oomguard's from an
+// earlier install) is never owned: it is modified, with a backup, and
+// restored at uninstall, never removed.
 func (s *Set) WriteFile(p string, data []byte, mode os.FileMode) error {
+	if !s.Owns(p) && s.Exists(p) {
+		return s.Modify(p, data, BackupExt, "wrote")
+	}
 	if s.holds(p, data) {
 		s.own(p, sum(data))
 		fmt.Fprintf(s.out, "unchanged %s\n", p)
@@ -533,6 +543,20 @@ func (s *Set) RestoreValue(v Value) error {
 	delete(s.rec.Set, v.Key)
 	delete(s.rec.Before, v.Key)
 	return nil
+}
+
+// Keep takes p out of what Undo undoes, leaving it as it is (and its
+// backup, if any, where it is), and says why.
+func (s *Set) Keep(p, why string) {
+	how := ""
+	if b, ok := s.rec.Backups[p]; ok {
+		how = "; its original is " + b
+	}
+	fmt.Fprintf(s.out, "kept %s: %s%s\n", p, why, how)
+	delete(s.rec.Backups, p)
+	delete(s.rec.Written, p)
+	delete(s.rec.Sums, p)
+	s.rec.Files = slices.DeleteFunc(s.rec.Files, func(f string) bool { return f == p })
 }
 
 // Undo restores what the record says was modified, removes what it says

@@ -184,3 +184,38 @@ func TestBrokenRecord(t *testing.T) {
 		t.Fatalf("a FIFO record: want a refusal, got %v", err)
 	}
 }
+
+// A file that was on the node before install is the node's: written over
+// with a backup and restored, or left as it is when it holds what install
+// would write; never removed by uninstall.
+func TestWriteFileKeepsTheNodesFiles(t *testing.T) {
+	for _, tc := range []struct{ name, before string }{{"same content", "ours\n"}, {"other content", "the node's\n"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, "/etc/oomguard/config.toml", tc.before)
+			s, _ := open(t, root, false)
+			if err := s.WriteFile("/etc/oomguard/config.toml", []byte("ours\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s.Commit()
+			if read(t, root, "/etc/oomguard/config.toml") != "ours\n" {
+				t.Fatal("not written")
+			}
+			again, _ := open(t, root, false) // a second install changes nothing
+			if err := again.WriteFile("/etc/oomguard/config.toml", []byte("ours\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			again.Commit()
+			undo, out := open(t, root, false)
+			if err := undo.Undo(); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, root, "/etc/oomguard/config.toml"); got != tc.before {
+				t.Fatalf("after uninstall %q, want the node's %q:\n%s", got, tc.before, out)
+			}
+			if _, err := os.Stat(filepath.Join(root, "/etc/oomguard/config.toml"+BackupExt)); err == nil {
+				t.Fatal("the backup is left")
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -46,6 +47,9 @@ func (n *Node) Locate(cgroupsPath string, pid int) (*Container, error) {
 	}
 	return n.Contain(cg)
 }
+
+// Cgroup is pid's cgroup as this cgroup namespace shows it.
+func (n *Node) Cgroup(pid int) (string, error) { return kernel.ProcCgroup(n.root, n.mode, pid) }
 
 // own is the container cgroup a process's cgroup is in or below: a systemd
 // in a container moves itself into a child (init.scope), and the container
@@ -223,3 +227,28 @@ func (c *Container) MemoryEvents() (map[string]uint64, error) {
 
 // IsGone reports whether err means the container or process no longer exists.
 func IsGone(err error) bool { return kernel.IsGone(err) }
+
+// Largest are the container's n processes holding the most memory (what
+// the OOM killer counts), largest first: the task list the kernel prints
+// with vm.oom_dump_tasks, for one container, read after the fact.
+func (c *Container) Largest(n int) ([]kernel.Process, error) {
+	pids, err := kernel.CgroupPids(c.n.root, c.n.mode, c.cgroup)
+	if err != nil {
+		return nil, err
+	}
+	r := kernel.NewProcReader(c.n.root, c.n.mode)
+	var out []kernel.Process
+	for _, pid := range pids[:min(len(pids), maxLargestScan)] {
+		p, err := r.Read(pid)
+		if err != nil || p.Kernel {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b kernel.Process) int { return cmp.Compare(b.MemKB, a.MemKB) })
+	return out[:min(len(out), n)], nil
+}
+
+// maxLargestScan bounds the processes Largest reads: a container may hold
+// thousands, and the read runs at every OOM kill.
+const maxLargestScan = 4096

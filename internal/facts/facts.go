@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/policy"
+	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // UnifiedOOMGroup is the key of memory.oom.group among a container's unified
@@ -46,6 +48,9 @@ const (
 	crioAnnotations = "io.kubernetes.cri-o.Annotations" // kubelet's container annotations, as JSON
 	crioImage       = "io.kubernetes.cri-o.Image"       // the image the pod asked for
 	crioImageName   = "io.kubernetes.cri-o.ImageName"   // some name of the image used
+	crioSandboxID   = "io.kubernetes.cri-o.SandboxID"
+	// Only in the pod sandbox's spec.
+	crioRuntimeHandler = "io.kubernetes.cri-o.RuntimeHandler"
 
 	// kubelet's container labels.
 	labelNamespace = "io.kubernetes.pod.namespace"
@@ -145,6 +150,11 @@ func FromOCI(root string, st *specs.State, sp *Spec) (policy.Facts, []error) {
 		}
 		f.Namespace, f.Pod, f.Container = f.Labels[labelNamespace], f.Labels[labelPod], f.Labels[labelContainer]
 		f.Image = Image(f.Runtime, ann)
+		if h, err := crioHandler(root, st.Bundle, ann); err != nil {
+			warnings = append(warnings, fmt.Errorf("runtime handler: %w", err))
+		} else {
+			f.RuntimeHandler = h
+		}
 		if v, ok := ann[crioAnnotations]; ok {
 			var inner map[string]string
 			if err := json.Unmarshal([]byte(v), &inner); err != nil {
@@ -174,6 +184,51 @@ func FromOCI(root string, st *specs.State, sp *Spec) (policy.Facts, []error) {
 	}
 	f.QoS = policy.InferQoS(cgroupsPath, f.OOMScoreAdj)
 	return f, warnings
+}
+
+// crioHandler is the runtime handler of a CRI-O container's pod: CRI-O
+// writes it only into the pod sandbox's spec, which it keeps beside the
+// container's bundle under the sandbox's ID. The ID and the bundle must have
+// CRI-O's forms, and the spec found must be that sandbox's, or nothing is read.
+func crioHandler(root, bundle string, ann map[string]string) (string, error) {
+	id := ann[crioSandboxID]
+	if id == "" {
+		return "", nil
+	}
+	_, crioBundle := bundles()
+	if !isHex64(id) || !crioBundle.MatchString(bundle) {
+		return "", fmt.Errorf("sandbox %q of bundle %q: not CRI-O's", id, bundle)
+	}
+	dir := filepath.Dir(filepath.Dir(filepath.Clean(bundle))) // …/overlay-containers
+	b, err := safeio.ReadFile(filepath.Join(root, dir, id, "userdata", "config.json"), maxSandboxSpec)
+	if err != nil {
+		return "", fmt.Errorf("reading sandbox %s's spec: %w", id, err)
+	}
+	var sb struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(b, &sb); err != nil {
+		return "", fmt.Errorf("sandbox %s's spec: %w", id, err)
+	}
+	if sb.Annotations[crioMark] != "sandbox" || sb.Annotations[crioSandboxID] != id {
+		return "", fmt.Errorf("%s/%s holds no spec of sandbox %s", dir, id, id)
+	}
+	return sb.Annotations[crioRuntimeHandler], nil
+}
+
+// maxSandboxSpec bounds the read of a sandbox's spec (CRI-O's are a few KiB).
+const maxSandboxSpec = 1 << 20
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseGroup reads memory.oom.group from a container's unified cgroup resources.
@@ -211,15 +266,7 @@ func isImageID(s string) bool {
 	if rest, ok := strings.CutPrefix(s, "sha256:"); ok {
 		s = rest
 	}
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !strings.ContainsRune("0123456789abcdef", c) {
-			return false
-		}
-	}
-	return true
+	return isHex64(s)
 }
 
 // RuntimeNamed maps the name a runtime gives itself (in NRI's Configure:

@@ -319,3 +319,25 @@ func withImports(raw []byte, pattern string) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// keepImports keeps the imports oomguard added to containerd's main file
+// when other files than oomguard's are imported through them (the NVIDIA
+// toolkit's drop-in, an operator's): restoring the file would drop them.
+func keepImports(w *changes.Set) {
+	if w.Backup(ContainerdConfig) == "" && !w.Owns(ContainerdConfig) {
+		return
+	}
+	main, err := readContainerdFile(w, ContainerdConfig)
+	if err != nil {
+		return // Undo restores it, or leaves it if it changed
+	}
+	var others []string
+	for _, p := range resolveImports(w, ContainerdConfig, main.imports(), "") {
+		if !w.Owns(p) && w.Exists(p) {
+			others = append(others, p)
+		}
+	}
+	if len(others) > 0 {
+		w.Keep(ContainerdConfig, fmt.Sprintf("its imports load %s too", strings.Join(others, ", ")))
+	}
+}

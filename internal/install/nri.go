@@ -156,7 +156,7 @@ func units(containerd, crio bool) []string {
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the
 // runtimes when asked and something changed.
 func UninstallNRI(root string, dryRun bool, restart Restarter, out io.Writer) error {
-	w, err := undo(root, NRIManifest, dryRun, out)
+	w, err := undoWith(root, NRIManifest, dryRun, out, keepImports)
 	if err != nil {
 		return err
 	}
@@ -165,6 +165,11 @@ func UninstallNRI(root string, dryRun bool, restart Restarter, out io.Writer) er
 
 // undo undoes what the record at record lists.
 func undo(root, record string, dryRun bool, out io.Writer) (*changes.Set, error) {
+	return undoWith(root, record, dryRun, out, nil)
+}
+
+// undoWith is undo, with keep first taking out of the record what must stay.
+func undoWith(root, record string, dryRun bool, out io.Writer, keep func(*changes.Set)) (*changes.Set, error) {
 	w, err := changes.Open(root, record, dryRun, out)
 	if err != nil {
 		return nil, err
@@ -172,6 +177,9 @@ func undo(root, record string, dryRun bool, out io.Writer) (*changes.Set, error)
 	if !w.Found() {
 		fmt.Fprintln(out, "nothing to uninstall: "+record+" does not exist")
 		return w, nil
+	}
+	if keep != nil {
+		keep(w)
 	}
 	return w, w.Undo()
 }

@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -82,6 +83,10 @@ func objects(t *testing.T, rendered string) map[string]any {
 			obj = &corev1.ConfigMap{}
 		case "ServiceAccount":
 			obj = &corev1.ServiceAccount{}
+		case "ClusterRole":
+			obj = &rbacv1.ClusterRole{}
+		case "ClusterRoleBinding":
+			obj = &rbacv1.ClusterRoleBinding{}
 		case "PodMonitor":
 			obj = &podMonitor{}
 		default:
@@ -223,5 +228,44 @@ func TestE2EChartModes(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "mode") {
 			t.Errorf("%v renders: %s", bad, out)
 		}
+	}
+}
+
+// events.enabled: the plugin's container alone gets the service account's
+// token, the account may only create and patch events, and the plugin is
+// told its node and the API server.
+func TestE2EChartEvents(t *testing.T) {
+	o := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system",
+		"--set", "events.enabled=true", "--set", "events.apiServer=https://10.0.0.1:6443"))
+	role, ok := o["ClusterRole"].(*rbacv1.ClusterRole)
+	if !ok || len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].Resources, []string{"events"}) ||
+		!reflect.DeepEqual(role.Rules[0].Verbs, []string{"create", "patch"}) || !reflect.DeepEqual(role.Rules[0].APIGroups, []string{""}) {
+		t.Fatalf("the role: %+v", o["ClusterRole"])
+	}
+	b, ok := o["ClusterRoleBinding"].(*rbacv1.ClusterRoleBinding)
+	if !ok || b.RoleRef.Name != role.Name || len(b.Subjects) != 1 || b.Subjects[0].Name != "oomguard-nri" || b.Subjects[0].Namespace != "kube-system" {
+		t.Fatalf("the binding: %+v", o["ClusterRoleBinding"])
+	}
+	spec := o["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Fatal("the pod automounts the token into every container")
+	}
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		has := false
+		for _, m := range c.VolumeMounts {
+			has = has || m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount"
+		}
+		args := strings.Join(c.Args, " ")
+		if c.Name == "oomguard-nri" {
+			if !has || !strings.Contains(args, "--events --api-server=https://10.0.0.1:6443") {
+				t.Errorf("the plugin: token mounted %v, args %s", has, args)
+			}
+		} else if has {
+			t.Errorf("%s gets the token", c.Name)
+		}
+	}
+	plain := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system"))
+	if _, ok := plain["ClusterRole"]; ok {
+		t.Error("a role without events.enabled")
 	}
 }

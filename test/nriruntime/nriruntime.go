@@ -6,6 +6,7 @@ package nriruntime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 	xgen "github.com/containerd/nri/pkg/runtime-tools/generate"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	rgen "github.com/opencontainers/runtime-tools/generate"
+	"golang.org/x/sys/unix"
 )
 
 // Runtime is the runtime side of NRI, holding the pods and containers it
@@ -196,4 +198,158 @@ func ApplyAdjustment(spec *specs.Spec, adj *api.ContainerAdjustment) error {
 		return fmt.Errorf("apply the NRI adjustment to the spec: %w", err)
 	}
 	return nil
+}
+
+// StartContainer relays StartContainer: the container is created, its
+// process waiting, and the runtime starts it when the plugins have answered.
+func (rt *Runtime) StartContainer(pod *api.PodSandbox, ctr *api.Container) error {
+	b := rt.r.BlockPluginSync()
+	defer b.Unblock()
+	return rt.r.StartContainer(context.Background(), &api.StartContainerRequest{Pod: pod, Container: ctr})
+}
+
+// PostUpdate relays PostUpdateContainer: the runtime applied a resize.
+func (rt *Runtime) PostUpdate(pod *api.PodSandbox, ctr *api.Container) error {
+	b := rt.r.BlockPluginSync()
+	defer b.Unblock()
+	return rt.r.PostUpdateContainer(context.Background(), &api.PostUpdateContainerRequest{Pod: pod, Container: ctr})
+}
+
+// BundleContainer is the pod and container NRI tells plugins about for a
+// runc bundle: its command, score, unified resources and cgroup.
+func BundleContainer(id, namespace string, spec *specs.Spec) (*api.PodSandbox, *api.Container) {
+	pod := &api.PodSandbox{Id: "pod-" + id, Name: id, Uid: id, Namespace: namespace, RuntimeHandler: "runc",
+		Linux: &api.LinuxPodSandbox{CgroupParent: filepath.Dir(spec.Linux.CgroupsPath)}}
+	ctr := &api.Container{Id: id, PodSandboxId: pod.Id, Name: "main", Args: spec.Process.Args,
+		State: api.ContainerState_CONTAINER_CREATED,
+		Linux: &api.LinuxContainer{CgroupsPath: spec.Linux.CgroupsPath, Resources: &api.LinuxResources{}}}
+	if s := spec.Process.OOMScoreAdj; s != nil {
+		ctr.Linux.OomScoreAdj = &api.OptionalInt{Value: int64(*s)}
+	}
+	if r := spec.Linux.Resources; r != nil && r.Unified != nil {
+		ctr.Linux.Resources.Unified = r.Unified
+	}
+	return pod, ctr
+}
+
+// RunBundle runs the runc bundle at dir as containerd does with NRI:
+// CreateContainer (the adjustment applied to config.json), `runc create`,
+// StartContainer while the container's process waits, `runc start`; it
+// waits for the container's process and returns its exit status. The
+// container's output goes to stdout and stderr. The calling process becomes
+// a child subreaper, to wait for the container's process.
+func (rt *Runtime) RunBundle(ctx context.Context, runcRoot, dir, id, namespace string, stdout, stderr io.Writer, runcArgs ...string) (int, error) {
+	spec, err := readSpec(dir)
+	if err != nil {
+		return -1, err
+	}
+	pod, ctr := BundleContainer(id, namespace, spec)
+	rsp, err := rt.Create(pod, ctr)
+	if err != nil {
+		return -1, fmt.Errorf("CreateContainer through NRI: %w", err)
+	}
+	if err := ApplyAdjustment(spec, rsp.GetAdjust()); err != nil {
+		return -1, err
+	}
+	if err := writeSpec(dir, spec); err != nil {
+		return -1, err
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return -1, fmt.Errorf("become a subreaper: %w", err)
+	}
+	runc := func(args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "runc", append([]string{"--root", runcRoot}, args...)...)
+	}
+	// The container's init keeps runc create's stdio until it exits: files,
+	// so that create returns; what they carry is copied until then.
+	outW, outDone, err := fileFor(stdout)
+	if err != nil {
+		return -1, err
+	}
+	errW, errDone, err := fileFor(stderr)
+	if err != nil {
+		return -1, err
+	}
+	defer func() { outDone(); errDone() }()
+	create := runc(append(append([]string{"create"}, runcArgs...), "--bundle", dir, id)...)
+	create.Stdout, create.Stderr = outW, errW
+	err = create.Run()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return -1, fmt.Errorf("runc create: %w", err)
+	}
+	defer runc("delete", "--force", id).Run()
+	st, err := runc("state", id).Output()
+	if err != nil {
+		return -1, fmt.Errorf("runc state: %w", err)
+	}
+	var state struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(st, &state); err != nil || state.Pid <= 0 {
+		return -1, fmt.Errorf("runc state %s: %v", st, err)
+	}
+	ctr.Pid = uint32(state.Pid)
+	if err := rt.StartContainer(pod, ctr); err != nil {
+		return -1, fmt.Errorf("StartContainer through NRI: %w", err)
+	}
+	if out, err := runc("start", id).CombinedOutput(); err != nil {
+		return -1, fmt.Errorf("runc start: %w: %s", err, out)
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(state.Pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, fmt.Errorf("wait for the container: %w", err)
+		}
+		break
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
+
+// fileFor is w as a file a child can hold: w itself, or a pipe copied to w
+// (done waits for the copy to end, when every holder closed it). The file
+// returned is the caller's to close.
+func fileFor(w io.Writer) (f *os.File, done func(), err error) {
+	if f, ok := w.(*os.File); ok {
+		dup, err := unix.Dup(int(f.Fd()))
+		if err != nil {
+			return nil, nil, err
+		}
+		return os.NewFile(uintptr(dup), f.Name()), func() {}, nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	copied := make(chan struct{})
+	go func() { io.Copy(w, r); r.Close(); close(copied) }()
+	return pw, func() { <-copied }, nil
+}
+
+func readSpec(dir string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s/config.json: %w", dir, err)
+	}
+	return &s, nil
+}
+
+func writeSpec(dir string, s *specs.Spec) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
 }

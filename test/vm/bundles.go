@@ -18,7 +18,6 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/oomguard/oomguard/imagepatch"
-	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/runcbundle"
 )
 
@@ -90,42 +89,17 @@ func list(s []string) string {
 	return "[" + strings.Join(s, " ") + "]"
 }
 
-// WithNRI gives the bundle the spec containerd would create with oomguard-nri
-// connected: the kubelet request goes through NRI's runtime side to the real
-// plugin binary, and its adjustment is applied with NRI's spec generator.
+// WithNRI runs the bundle as containerd does with oomguard-nri connected:
+// in the VM, nrirun starts the real plugin and runs the bundle through NRI's
+// runtime side (CreateContainer, runc create, StartContainer, runc start),
+// so the plugin sets the container up on the VM's kernel before it starts.
 func WithNRI(g *Guest, b *runcbundle.Bundle) error {
-	dir, err := os.MkdirTemp("", "oomguard-vm-nri-")
-	if err != nil {
-		return err
+	for _, p := range []struct{ dst, src string }{{GuestBin + "/oomguard-nri", g.Bin("oomguard-nri")}, {"/usr/local/bin/nrirun", g.Bin("nrirun")}} {
+		if err := g.CopyFile(p.dst, p.src); err != nil {
+			return err
+		}
 	}
-	defer os.RemoveAll(dir)
-	nriruntime.SetLog(g.env.Log)
-	rt, err := nriruntime.Start(dir, nil, nil)
-	if err != nil {
-		return err
-	}
-	defer rt.Stop()
-	rt.PluginLog = g.env.Log
-	// The node the plugin decides for is the VM: cgroup v2, whatever this host is.
-	node := filepath.Join(dir, "node")
-	if err := os.MkdirAll(filepath.Join(node, "sys/fs/cgroup"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(node, "sys/fs/cgroup/cgroup.controllers"), []byte("memory pids\n"), 0o644); err != nil {
-		return err
-	}
-	plugin, err := rt.StartPlugin(g.Bin("oomguard-nri"), "--config", filepath.Join(g.env.RepoDir, "deploy", "config.toml"), "--root", node)
-	if err != nil {
-		return err
-	}
-	defer func() { plugin.Process.Kill(); plugin.Wait() }()
-	pod := nriruntime.KubeletPod("vm", "default", "guaranteed", "runc", nil)
-	ctr := nriruntime.KubeletContainer(pod, "main", GuaranteedScore, b.Spec.Process.Args...)
-	rsp, err := rt.Create(pod, ctr)
-	if err != nil {
-		return fmt.Errorf("CreateContainer through NRI: %w", err)
-	}
-	return nriruntime.ApplyAdjustment(b.Spec, rsp.GetAdjust())
+	return os.WriteFile(filepath.Join(b.Dir, "nri"), nil, 0o644) // run_pod's cue
 }
 
 // WithPatchedImage makes the bundle's rootfs and command from an image that

@@ -34,12 +34,12 @@ func Scenarios() []Scenario {
 			Variant{Name: "without", Check: unguarded},
 			Variant{Name: "with-nri", Check: guarded},
 			Variant{Name: "with-hook", Check: hookGuarded}),
+		// containerd 1.7.35 through the API server in the cluster scenario;
+		// here 1.7.25, NRI 0.6, the oldest the plugin supports.
 		kubeScenario("kubelet-containerd-1.7", Containerd17,
-			Variant{Name: "without", Check: unguarded},
-			Variant{Name: "with-nri", Check: guarded},
-			// The verifier off (60 s): only PostStartContainer can fix the score.
-			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s"), Check: fixedAfterStart}),
-		daemonsetScenario(),
+			// The verifier off (60 s): only the exec watcher sets an exec'd process.
+			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s"), Check: execWatched}),
+		clusterScenario(),
 	}
 }
 
@@ -64,6 +64,11 @@ type Variant struct {
 	Name  string // "without", "with-hook", "with-shim", …
 	Setup func(g *Guest) error
 	Check func(r *Run) error
+	// Drive, when set, makes the boot a cluster boot (cluster.go): a control
+	// plane on the host, the VM's kubelet registered with it, the network
+	// up; Drive runs on the host while the VM runs, and the boot ends when
+	// it returns. The scenario's Script is then clusterScript.
+	Drive func(ctx context.Context, c *Cluster) error
 }
 
 // Paths inside the VM.
@@ -91,7 +96,7 @@ type Env struct {
 // Programs and test binaries every boot may use.
 var (
 	programs     = []string{"oomguard-hook", "oomguard-init", "oomguard-nri", "oomguard-doctor"}
-	testBinaries = []string{"guest"}
+	testBinaries = []string{"guest", "agent", "nrirun", "nriother"}
 )
 
 // NewEnv fetches the kernel into buildDir/vm/kernel and finds the binaries
@@ -207,6 +212,8 @@ type Run struct {
 	Elapsed           time.Duration
 	// Notes are what a check measured, for the test's log.
 	Notes []string
+	// Figures are what a cluster boot's drive measured, for the bench.
+	Figures map[string]time.Duration
 }
 
 // Result returns the first @@RESULT line that has key, or nil.
@@ -236,8 +243,18 @@ func (e *Env) Boot(ctx context.Context, s Scenario, v Variant) (*Run, error) {
 	}
 	defer os.RemoveAll(dir)
 	g := &Guest{env: e, a: newArchive(), dir: dir, bundles: map[string]*runcbundle.Bundle{}}
+	if v.Drive != nil {
+		s.Script = clusterScript
+	}
 	if err := e.base(g, s); err != nil {
 		return nil, err
+	}
+	var cb *clusterBoot
+	if v.Drive != nil {
+		if cb, err = e.startCluster(ctx, dir, g); err != nil {
+			return nil, err
+		}
+		defer cb.cp.Stop()
 	}
 	if v.Setup != nil {
 		if err := v.Setup(g); err != nil {
@@ -264,10 +281,10 @@ func (e *Env) Boot(ctx context.Context, s Scenario, v Variant) (*Run, error) {
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
-	return e.boot(ctx, s, v, initrd)
+	return e.boot(ctx, s, v, initrd, cb, dir)
 }
 
-func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string) (*Run, error) {
+func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string, cb *clusterBoot, dir string) (*Run, error) {
 	timeout := e.Timeout
 	if s.Timeout > 0 {
 		timeout = s.Timeout
@@ -279,9 +296,13 @@ func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string) (*
 		mem = 256
 	}
 	cmdline := "console=ttyS0 quiet loglevel=1 panic=-1 log_buf_len=1M oomguard.variant=" + v.Name
-	cmd := exec.CommandContext(ctx, QEMU, "-nodefaults", "-no-user-config", "-display", "none",
+	args := []string{"-nodefaults", "-no-user-config", "-display", "none",
 		"-serial", "stdio", "-monitor", "none", "-no-reboot", "-m", strconv.Itoa(mem), "-smp", "1",
-		"-kernel", e.Kernel, "-initrd", initrd, "-append", cmdline)
+		"-kernel", e.Kernel, "-initrd", initrd, "-append", cmdline}
+	if cb != nil {
+		return e.drive(ctx, s, v, cb, dir, args)
+	}
+	cmd := exec.CommandContext(ctx, QEMU, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -417,10 +438,15 @@ poweroff -f
 `
 
 // libScript holds the helpers every scenario uses.
-const libScript = `# run_pod NAME: run /bundles/NAME with runc to completion, print what it
-# printed, and report its exit status as @@RESULT pod_exit=N.
+const libScript = `# run_pod NAME: run /bundles/NAME with runc to completion (through NRI
+# with oomguard-nri when the bundle says so), print what it printed, and
+# report its exit status as @@RESULT pod_exit=N.
 run_pod() {
-	runc --root /run/runc run --no-pivot -b /bundles/$1 $1 >/tmp/$1.out 2>/tmp/$1.err
+	if [ -f /bundles/$1/nri ]; then
+		nrirun --bundle /bundles/$1 --id $1 >/tmp/$1.out 2>/tmp/$1.err
+	else
+		runc --root /run/runc run --no-pivot -b /bundles/$1 $1 >/tmp/$1.out 2>/tmp/$1.err
+	fi
 	code=$?
 	cat /tmp/$1.out
 	sed 's/^/@@STDERR /' /tmp/$1.err
@@ -523,10 +549,27 @@ restart_runtime() {
 	start_runtime
 }
 
-# start_kubelet: a real kubelet, standalone, on the node's runtime.
+# start_kubelet: a real kubelet on the node's runtime: registered with the
+# cluster's API server when the boot has one, else standalone.
 start_kubelet() {
-	kubelet --config /etc/kubernetes/kubelet.yaml --node-ip 127.0.0.1 --hostname-override node --v 1 >>/tmp/kubelet.log 2>&1 &
+	if [ -f /etc/kubernetes/kubelet.conf ]; then
+		set -- --kubeconfig /etc/kubernetes/kubelet.conf --node-ip 10.0.2.15
+	else
+		set -- --node-ip 127.0.0.1
+	fi
+	kubelet --config /etc/kubernetes/kubelet.yaml "$@" --hostname-override node --v 1 >>/tmp/kubelet.log 2>&1 &
 	echo $! > /run/kubelet.pid
+}
+
+# net_up: the virtio card on QEMU's user network, where the build host is 10.0.2.2.
+net_up() {
+	for m in $(cat /lib/modules/oomguard/order); do
+		insmod /lib/modules/oomguard/$m || echo "@@RESULT insmod=$m failed"
+	done
+	ip link set lo up
+	ip link set eth0 up
+	ip addr add 10.0.2.15/24 dev eth0
+	ip route add default via 10.0.2.2
 }
 
 # add_pod NAME: give kubelet the static pod /pods/NAME.yaml, noting when.

@@ -37,7 +37,7 @@ resolvConf: ""
 // for rt's CRI; scripts start it with start_kubelet and add static pods with
 // add_pod. Pods are written with Pod.
 func WithKubelet(g *Guest, rt Runtime) error {
-	p, err := g.env.component("kubelet", "kubelet")
+	p, err := g.env.component("kubernetes", "kubelet")
 	if err != nil {
 		return err
 	}
@@ -68,6 +68,11 @@ type Pod struct {
 	Labels      map[string]string
 	Container   string // the container's name, main unless given
 	Image       string // WorkloadImage unless given
+	// RuntimeClass is the pod's runtimeClassName (through an API server).
+	RuntimeClass string
+	// CPU is the pod's CPU request and limit, 100m unless given; "none"
+	// leaves CPU out (with Memory, a Burstable pod).
+	CPU string
 }
 
 // File puts the pod's manifest at /pods/NAME.yaml in the VM, for add_pod.
@@ -84,14 +89,22 @@ func (p Pod) manifest() string {
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  namespace: %s\n", p.Name, ns)
 	writeMap(&b, "  annotations", p.Annotations)
 	writeMap(&b, "  labels", p.Labels)
-	b.WriteString("spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n")
+	b.WriteString("spec:\n  hostNetwork: true\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n  automountServiceAccountToken: false\n")
+	if p.RuntimeClass != "" {
+		fmt.Fprintf(&b, "  runtimeClassName: %s\n", p.RuntimeClass)
+	}
 	ctr, image := cmp.Or(p.Container, "main"), cmp.Or(p.Image, WorkloadImage)
 	fmt.Fprintf(&b, "  containers:\n  - name: %s\n    image: %s\n    imagePullPolicy: Never\n    command:\n", ctr, image)
 	for _, a := range p.Command {
 		fmt.Fprintf(&b, "    - %q\n", a)
 	}
 	if p.Memory != "" {
-		fmt.Fprintf(&b, "    resources:\n      requests: {cpu: 100m, memory: %s}\n      limits: {cpu: 100m, memory: %s}\n", p.Memory, p.Memory)
+		switch cpu := cmp.Or(p.CPU, "100m"); cpu {
+		case "none":
+			fmt.Fprintf(&b, "    resources:\n      requests: {memory: %s}\n      limits: {memory: %s}\n", p.Memory, p.Memory)
+		default:
+			fmt.Fprintf(&b, "    resources:\n      requests: {cpu: %s, memory: %s}\n      limits: {cpu: %s, memory: %s}\n", cpu, p.Memory, cpu, p.Memory)
+		}
 	}
 	return b.String()
 }

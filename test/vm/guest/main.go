@@ -22,7 +22,12 @@ func main() {
 
 // hog grows gradually, as a runaway does: a sudden huge allocation would be
 // refused by the kernel's overcommit heuristic instead of triggering the OOM killer.
+// HOG_COMM, when set, is its name (its comm) before it grows: a process
+// names itself as it likes, escape sequences included.
 func hog() {
+	if c := os.Getenv("HOG_COMM"); c != "" {
+		os.WriteFile("/proc/self/comm", []byte(c), 0)
+	}
 	for {
 		b, err := syscall.Mmap(-1, 0, chunk, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
 		if err != nil {

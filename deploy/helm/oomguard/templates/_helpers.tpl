@@ -23,10 +23,13 @@ volumeMounts:
   - name: host-etc
     mountPath: /host/etc
   {{- if ne .Values.mode "nri" }}
-  - name: host-hook
-    mountPath: /host/opt/oomguard
-  - name: host-hooks-dir
-    mountPath: /host/usr/share/containers/oci/hooks.d
+  {{- /* The hook's directories' parents, which every node has: mounting
+  its own directories would make kubelet create them, and uninstall would
+  find them not its own to remove. */}}
+  - name: host-opt
+    mountPath: /host/opt
+  - name: host-usr-share
+    mountPath: /host/usr/share
   {{- end }}
   {{- if .Values.restartRuntime }}
   - name: host-systemd

@@ -289,8 +289,9 @@ func inspect(ctx context.Context, args []string) error {
 		}
 	}
 	group, _ := os.ReadFile("/sys/fs/cgroup" + path + "/memory.oom.group")
-	fmt.Printf("@@RESULT inspect=%s state=%s pid=%s oom_score_adj=%s oom_group=%s\n", label, st.Status.State,
-		pid, strings.TrimSpace(string(score)), strings.TrimSpace(string(group)))
+	max, _ := os.ReadFile("/sys/fs/cgroup" + path + "/memory.max")
+	fmt.Printf("@@RESULT inspect=%s state=%s pid=%s oom_score_adj=%s oom_group=%s memory_max=%s\n", label, st.Status.State,
+		pid, strings.TrimSpace(string(score)), strings.TrimSpace(string(group)), strings.TrimSpace(string(max)))
 	return nil
 }
 

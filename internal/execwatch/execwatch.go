@@ -1,0 +1,136 @@
+// Package execwatch tells which processes exec on the node, from the
+// kernel's process connector (netlink, CONFIG_PROC_EVENTS): a process
+// exec'd into a container (kubectl exec, an exec probe) starts at the score
+// in the container's spec, which oomguard does not claim (NRI refuses a
+// container whose field two plugins set), so oomguard sets it when it execs.
+// It needs CAP_NET_ADMIN and the node's network namespace: the DaemonSet's
+// privileged, host-network pod, or a plugin the runtime launched.
+package execwatch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The connector's ids and operations (include/uapi/linux/connector.h, cn_proc.h).
+const (
+	cnIdxProc          = 1
+	cnValProc          = 1
+	procCnMcastListen  = 1
+	procEventExec      = 0x00000002
+	nlmsgHdrLen        = 16
+	cnMsgLen           = 20
+	procEventHeaderLen = 16 // what, cpu, timestamp_ns
+)
+
+// Watcher is a subscription to the kernel's process events.
+type Watcher struct {
+	fd  int
+	buf []byte
+}
+
+// Open subscribes to process events. Read returns every pollInterval at
+// least, so that a caller can stop.
+func Open() (*Watcher, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_CONNECTOR)
+	if err != nil {
+		return nil, fmt.Errorf("open the process connector: %w", err)
+	}
+	w := &Watcher{fd: fd, buf: make([]byte, 64<<10)}
+	fail := func(what string, err error) (*Watcher, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s the process connector: %w", what, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: cnIdxProc}); err != nil {
+		return fail("bind", err)
+	}
+	// A burst of execs overflows the default buffer; what is lost is
+	// reported, and the verifier still finds it.
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
+	tv := unix.NsecToTimeval(pollInterval.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fail("set a timeout on", err)
+	}
+	if err := unix.Sendto(fd, listenMessage(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: cnIdxProc}); err != nil {
+		return fail("subscribe to", err)
+	}
+	return w, nil
+}
+
+const pollInterval = time.Second
+
+// ErrLost is events the kernel dropped because they came faster than read.
+var ErrLost = errors.New("process events lost: they came faster than they were read")
+
+// Read waits for the kernel's next message and appends the processes
+// (thread group ids) that exec'd to pids. It returns nothing new after
+// pollInterval without events, and ErrLost (with pids) when the kernel
+// dropped some. Messages from anything but the kernel are ignored.
+func (w *Watcher) Read(pids []int) ([]int, error) {
+	n, from, err := unix.Recvfrom(w.fd, w.buf, 0)
+	switch {
+	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+		return pids, nil
+	case errors.Is(err, unix.ENOBUFS):
+		return pids, ErrLost
+	case err != nil:
+		return pids, fmt.Errorf("read the process connector: %w", err)
+	}
+	if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
+		return pids, nil
+	}
+	return Parse(w.buf[:n], pids), nil
+}
+
+// Close ends the subscription.
+func (w *Watcher) Close() error { return unix.Close(w.fd) }
+
+// listenMessage asks the connector for process events.
+func listenMessage() []byte {
+	b := make([]byte, nlmsgHdrLen+cnMsgLen+4)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], unix.NLMSG_DONE)
+	ne.PutUint32(b[12:], uint32(unix.Getpid()))
+	c := b[nlmsgHdrLen:]
+	ne.PutUint32(c[0:], cnIdxProc)
+	ne.PutUint32(c[4:], cnValProc)
+	ne.PutUint16(c[16:], 4)
+	ne.PutUint32(c[cnMsgLen:], procCnMcastListen)
+	return b
+}
+
+// Parse appends the thread group ids of the exec events in a datagram from
+// the connector to pids. Anything short, oversized or not the connector's
+// process events is skipped: the lengths in it are never trusted beyond b.
+func Parse(b []byte, pids []int) []int {
+	ne := binary.NativeEndian
+	for len(b) >= nlmsgHdrLen {
+		l := int(ne.Uint32(b[0:]))
+		if l < nlmsgHdrLen || l > len(b) {
+			return pids
+		}
+		msg := b[nlmsgHdrLen:l]
+		if len(msg) >= cnMsgLen && ne.Uint32(msg[0:]) == cnIdxProc && ne.Uint32(msg[4:]) == cnValProc {
+			data := msg[cnMsgLen:]
+			if dl := int(ne.Uint16(msg[16:])); dl <= len(data) {
+				data = data[:dl]
+			}
+			if len(data) >= procEventHeaderLen+8 && ne.Uint32(data[0:]) == procEventExec {
+				if tgid := int32(ne.Uint32(data[procEventHeaderLen+4:])); tgid > 0 {
+					pids = append(pids, int(tgid))
+				}
+			}
+		}
+		next := (l + 3) &^ 3 // NLMSG_ALIGN
+		if next >= len(b) {
+			return pids
+		}
+		b = b[next:]
+	}
+	return pids
+}

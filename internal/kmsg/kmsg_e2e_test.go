@@ -1,0 +1,62 @@
+//go:build e2e
+
+package kmsg
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The real /dev/kmsg (root): the reader starts at the newest record, hands
+// out what is written after it in order, and a process's line is no kill.
+func TestE2EReadKmsg(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for /dev/kmsg")
+	}
+	r, err := Open("/dev/kmsg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	marker := fmt.Sprintf("oomguard-kmsg-test-%d", time.Now().UnixNano())
+	line := "Out of memory: Killed process 1 (" + marker + ") total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0"
+	if err := os.WriteFile("/dev/kmsg", []byte(line+"\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Record, 1)
+	go func() {
+		for {
+			rec, err := r.Read()
+			if err != nil {
+				close(done)
+				return
+			}
+			if strings.Contains(rec.Msg, marker) {
+				done <- rec
+				return
+			}
+		}
+	}()
+	select {
+	case rec, ok := <-done:
+		if !ok {
+			t.Fatal("the reader ended")
+		}
+		if rec.Priority>>3 == 0 {
+			t.Fatalf("a process's line has the kernel's facility: %+v", rec)
+		}
+		var p Parser
+		if k, ok := p.Feed(rec); ok {
+			t.Fatalf("a process's line was taken for a kill: %+v", k)
+		}
+		// The kernel stamps with its scheduler clock, a hair off CLOCK_MONOTONIC.
+		if now := Now(); now < rec.Time-time.Second || now-rec.Time > 10*time.Second {
+			t.Fatalf("record time %s, now %s: not the same clock", rec.Time, now)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the line written was not read")
+	}
+}

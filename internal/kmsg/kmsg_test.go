@@ -1,0 +1,104 @@
+package kmsg
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func rec(t *testing.T, s string) Record {
+	t.Helper()
+	r, err := ParseRecord([]byte(s))
+	if err != nil {
+		t.Fatalf("ParseRecord(%q): %v", s, err)
+	}
+	return r
+}
+
+func TestParseRecord(t *testing.T) {
+	r := rec(t, "6,1234,5678901,-;Memory cgroup out of memory: Killed process 1\n SUBSYSTEM=x\n")
+	if r.Seq != 1234 || r.Priority != 6 || r.Time != 5678901*time.Microsecond || r.Msg != "Memory cgroup out of memory: Killed process 1" {
+		t.Fatalf("%+v", r)
+	}
+	for _, bad := range []string{"", "6,1;x", "a,b,c;x", "6,1,2", "-1,1,2;x", "6,1,-2;x"} {
+		if _, err := ParseRecord([]byte(bad)); err == nil {
+			t.Errorf("ParseRecord(%q) took it", bad)
+		}
+	}
+}
+
+const (
+	memcgLine  = "6,900,1000000,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=abc,mems_allowed=0,oom_memcg=/kubepods/podU/ctr,task_memcg=/kubepods/podU/ctr,task=python3,pid=4242,uid=0"
+	memcgKill  = "3,901,1000100,-;Memory cgroup out of memory: Killed process 4242 (python3) total-vm:10000kB, anon-rss:2000kB, file-rss:300kB, shmem-rss:4kB, UID:0 pgtables:80kB oom_score_adj:900"
+	globalLine = "6,902,2000000,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/system.slice/sshd.service,task=sshd,pid=77,uid=0"
+	globalKill = "3,903,2000100,-;Out of memory: Killed process 77 (sshd) total-vm:9000kB, anon-rss:1000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:40kB oom_score_adj:0"
+)
+
+func TestParserKills(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		records []string
+		want    []Kill
+	}{
+		{"memcg", []string{memcgLine, "4,9,9,-;some other line", memcgKill}, []Kill{{Seq: 901, Time: 1000100 * time.Microsecond,
+			Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304}}},
+		{"global", []string{globalLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond,
+			Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Pid: 77, Comm: "sshd", RSSKiB: 1000}}},
+		{"killed line alone", []string{globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000}}},
+		{"oom-kill line of another pid", []string{memcgLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000}}},
+		// A task's name is its own: it cannot move the pid, the score or the cgroups.
+		{"name forging fields", []string{
+			"6,1,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a,mems_allowed=0,oom_memcg=/kubepods/podU/ctr,task_memcg=/kubepods/podU/ctr,task=x,pid=1,task_memcg=/system.slice,pid=4242,uid=0",
+			"3,2,2,-;Memory cgroup out of memory: Killed process 4242 (a) oom_score_adj:-1000) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
+		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr",
+			Pid: 4242, Comm: "a) oom_score_adj:-1000", ScoreAdj: 900, RSSKiB: 1}}},
+		{"escaped name", []string{strings.Replace(memcgKill, "(python3)", `(\x1b[2Jx)`, 1)}, []Kill{{Seq: 901, Time: 1000100 * time.Microsecond,
+			Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: `\x1b[2Jx`, ScoreAdj: 900, RSSKiB: 2304}}},
+		// A process writing /dev/kmsg gets the user facility (1): never a kill.
+		{"forged by a process", []string{"14,5,5,-;" + strings.SplitN(globalKill, ";", 2)[1]}, nil},
+		{"not the OOM killer", []string{"3,1,1,-;Killed process 1 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p Parser
+			var got []Kill
+			for _, s := range tc.records {
+				if k, ok := p.Feed(rec(t, s)); ok {
+					got = append(got, k)
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("kills %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("kill %d:\n got %+v\nwant %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestGlobal(t *testing.T) {
+	for c, want := range map[string]bool{"": true, "CONSTRAINT_NONE": true, "CONSTRAINT_MEMCG": false, "CONSTRAINT_CPUSET": false} {
+		if (Kill{Constraint: c}).Global() != want {
+			t.Errorf("%q: Global %v", c, !want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{memcgLine, memcgKill, globalLine, globalKill, "6,1;x", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseRecord(b)
+		if err != nil {
+			return
+		}
+		var p Parser
+		p.Feed(r)
+		if k, ok := p.Feed(r); ok && k.Pid < 0 {
+			t.Fatalf("negative pid from %q", b)
+		}
+	})
+}

@@ -1,0 +1,178 @@
+package nriplugin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/kmsg"
+	"github.com/oomguard/oomguard/internal/podevents"
+	"github.com/oomguard/oomguard/test/nriruntime"
+)
+
+func noKmsg() (kmsgSource, error) { return nil, errors.New("not in tests") }
+
+// fakeKmsg hands out records, then ends.
+type fakeKmsg struct {
+	recs []string
+	errs []error
+}
+
+func (f *fakeKmsg) Read() (kmsg.Record, error) {
+	if len(f.recs) == 0 {
+		return kmsg.Record{}, errors.New("closed")
+	}
+	s, err := f.recs[0], f.errs[0]
+	f.recs, f.errs = f.recs[1:], f.errs[1:]
+	if err != nil {
+		return kmsg.Record{}, err
+	}
+	return kmsg.ParseRecord([]byte(s))
+}
+func (f *fakeKmsg) Close() error { return nil }
+
+// kill is the kernel's two lines for one OOM kill.
+func kill(seq int, constraint, oomMemcg, taskMemcg, comm string, pid, score int) []string {
+	prefix := "Memory cgroup out of memory"
+	if constraint == "CONSTRAINT_NONE" {
+		prefix = "Out of memory"
+	}
+	return []string{
+		fmt.Sprintf("6,%d,1000,-;oom-kill:constraint=%s,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=%s,task_memcg=%s,task=%s,pid=%d,uid=0", seq, constraint, oomMemcg, taskMemcg, comm, pid),
+		fmt.Sprintf("3,%d,1001,-;%s: Killed process %d (%s) total-vm:1000kB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:%d", seq+1, prefix, pid, comm, score),
+	}
+}
+
+// Every OOM kill the kernel logs is reported: whose process, which kind,
+// counted by container (series gone with the container) or as a node
+// daemon's; a guarded container's own-limit kill lists its largest processes.
+func TestKillsReported(t *testing.T) {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	guarded := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	other := nriruntime.KubeletContainer(pod, "sidecar", -997, "/app")
+	root := fixtureNode(t, []*api.Container{guarded, other}, 1)
+	cg, cgOther := mustResolve(t, guarded.Linux.CgroupsPath), mustResolve(t, other.Linux.CgroupsPath)
+	podCg := cg[:strings.LastIndexByte(cg, '/')]
+	// What the kernel's task list would have said of the container's init.
+	for name, data := range map[string]string{"stat": "1001 (init) S 1 1001 1001 0 -1 4194560 0 0 0 0\n", "cmdline": "/sbin/init\x00", "status": "Name:\tinit\nVmRSS:\t   2048 kB\n"} {
+		if err := os.WriteFile(filepath.Join(root, "proc", "1001", name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := config.Parse([]byte(readShipped(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	p := New(cfg, nil, root, slog.New(slog.NewTextHandler(&logs, nil)), NewMetrics())
+	events := &fakeRecorder{}
+	p.RecordEvents(events)
+	for _, c := range []*api.Container{guarded, other} {
+		if _, _, err := p.CreateContainer(context.Background(), pod, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The sidecar's memory.events when it started, and after a kill whose
+	// oom-kill record the kernel's rate limit dropped.
+	memEvents := filepath.Join(root, "sys/fs/cgroup", cgOther, "memory.events")
+	if err := os.WriteFile(memEvents, []byte("oom 3\noom_kill 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.StartContainer(context.Background(), pod, other); err != nil {
+		t.Fatal(err)
+	}
+	// Two kills since: one the kernel names (1002 below), one it does not.
+	if err := os.WriteFile(memEvents, []byte("oom 5\noom_kill 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var recs []string
+	recs = append(recs, kill(1, "CONSTRAINT_MEMCG", cg, cg+"/init.scope", "python3", 1001, 900)...)
+	recs = append(recs, kill(3, "CONSTRAINT_MEMCG", podCg, cgOther, "app", 1002, -997)...)
+	recs = append(recs, kill(5, "CONSTRAINT_NONE", "", "/system.slice/sshd.service", "sshd", 77, 0)...)
+	recs = append(recs, kill(7, "CONSTRAINT_NONE", "", cg, "\\x1b[31mevil", 1001, 900)...)
+	recs = append(recs, kill(9, "CONSTRAINT_MEMCG", "", "", "rate-limited", 1003, -997)[1]) // its Killed process line alone
+	recs = append(recs, kill(11, "CONSTRAINT_MEMCG", "", "", "another", 1004, -997)[1])     // no container counted it
+	errs := make([]error, len(recs))
+	recs, errs = append(recs, ""), append(errs, kmsg.ErrLost)
+	p.watchKills(context.Background(), func() (kmsgSource, error) { return &fakeKmsg{recs: recs, errs: errs}, nil })
+
+	out := logs.String()
+	for _, want := range []string{
+		`msg="OOM kill" pod=ml/pod-1 container=main pid=1001 command=python3 oom_score_adj=900 rss_kb=520 kind=container`,
+		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1002 command=app oom_score_adj=-997 rss_kb=520 kind=parent`,
+		`msg="OOM kill" pid=77 command=sshd oom_score_adj=0 rss_kb=520 kind=node cgroup=/system.slice/sshd.service`,
+		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1003 command=rate-limited oom_score_adj=-997 rss_kb=520 kind=limit cgroup=""`,
+		`msg="OOM kill" pid=1004 command=another oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=1ms reported_after=`,
+		`node_daemon=true`,
+		`msg="largest processes after the OOM kill" pod=ml/pod-1 container=main rule=init-as-pid1 processes="1001 init 2048kB oom_score_adj -997"`,
+		`container_kept_running=true`,
+		`msg="kernel log records were overwritten`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log has no %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("a task's name reached the log unescaped:\n%q", out)
+	}
+	for name, want := range map[string]float64{"oomguard_oom_kills_total": 5, "oomguard_node_daemon_oom_kills_total": 1, "oomguard_kernel_log_lost_total": 1} {
+		if n := counted(t, p.m, name); n != want {
+			t.Errorf("%s = %v, want %v", name, n, want)
+		}
+	}
+	wantEvents := []string{
+		"ml/pod-1 main OOMKilling: process 1001 (python3) was killed by the OOM killer for its container's memory limit, at oom_score_adj 900 with 520 KiB; the container kept running because memory.oom.group is 0",
+		"ml/pod-1 sidecar OOMKilling: process 1002 (app) was killed by the OOM killer for a memory limit above its container (the pod's), at oom_score_adj -997 with 520 KiB",
+		`ml/pod-1 main OOMKilling: process 1001 (\x1b[31mevil) was killed by the OOM killer for the node running out of memory, at oom_score_adj 900 with 520 KiB; the container kept running because memory.oom.group is 0`,
+		"ml/pod-1 sidecar OOMKilling: process 1003 (rate-limited) was killed by the OOM killer for a memory limit, at oom_score_adj -997 with 520 KiB",
+	}
+	if strings.Join(events.got, "\n") != strings.Join(wantEvents, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events.got, "\n"), strings.Join(wantEvents, "\n"))
+	}
+	if got := killSeries(t, p.m); got != "///limit=1 ml/pod-1/main/container=1 ml/pod-1/main/node=1 ml/pod-1/sidecar/limit=1 ml/pod-1/sidecar/parent=1" {
+		t.Errorf("series %s", got)
+	}
+	if err := p.RemoveContainer(context.Background(), pod, guarded); err != nil {
+		t.Fatal(err)
+	}
+	if got := killSeries(t, p.m); got != "///limit=1 ml/pod-1/sidecar/limit=1 ml/pod-1/sidecar/parent=1" {
+		t.Errorf("after the container's removal: %s", got)
+	}
+}
+
+type fakeRecorder struct{ got []string }
+
+func (f *fakeRecorder) Warning(pod podevents.Pod, container, reason, message string) {
+	f.got = append(f.got, fmt.Sprintf("%s/%s %s %s: %s", pod.Namespace, pod.Name, container, reason, message))
+}
+
+func killSeries(t *testing.T, m *Metrics) string {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "oomguard_oom_kills_total" {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range x.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			out = append(out, fmt.Sprintf("%s/%s/%s/%s=%v", l["namespace"], l["pod"], l["container"], l["kind"], x.GetCounter().GetValue()))
+		}
+	}
+	return strings.Join(out, " ")
+}

@@ -4,8 +4,8 @@
 // hundred kills is one Event of count 100, written at most once a second),
 // through the API server's core/v1 events API with the pod's service
 // account. It is a small client rather than client-go's record package:
-// the plugin runs on every node, and client-go more than doubles its binary
-// (README: Events).
+// the plugin runs on every node, and client-go's recorder with its clientset
+// makes it 2.5 times the size (28.7 MB against 11.4 MB, measured).
 package podevents
 
 import (

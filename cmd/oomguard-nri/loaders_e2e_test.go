@@ -32,34 +32,6 @@ type nodeFile struct {
 
 // Real-world containerd configurations, as the distributions write them.
 const (
-	eksAL2 = `version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
-imports = ["/etc/containerd/config.d/*.toml"]
-
-[grpc]
-address = "/run/containerd/containerd.sock"
-
-[plugins."io.containerd.grpc.v1.cri".containerd]
-default_runtime_name = "runc"
-discard_unpacked_layers = true
-
-[plugins."io.containerd.grpc.v1.cri"]
-sandbox_image = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/pause:3.5"
-
-[plugins."io.containerd.grpc.v1.cri".registry]
-config_path = "/etc/containerd/certs.d:/etc/docker/certs.d"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-SystemdCgroup = true
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-bin_dir = "/opt/cni/bin"
-conf_dir = "/etc/cni/net.d"
-`
 	eksAL2023 = `root = "/var/lib/containerd"
 state = "/run/containerd"
 version = 2
@@ -257,6 +229,27 @@ func withoutNRI(m map[string]any) map[string]any {
 }
 
 // snapshot is every file, link and mode below root.
+// installOrRefuse runs install --nri-only with args: when refuse is set it
+// must refuse, naming it, and leave the node as before (refused); else it
+// must succeed.
+func installOrRefuse(t *testing.T, root string, before map[string]string, refuse string, args ...string) (out string, refused bool) {
+	t.Helper()
+	out, code := runInstall(t, append([]string{"install", "--nri-only"}, args...)...)
+	if refuse != "" {
+		if code == 0 || !strings.Contains(out, refuse) {
+			t.Fatalf("exit %d, want a refusal naming %q:\n%s", code, refuse, out)
+		}
+		if after := snapshot(t, root); !reflect.DeepEqual(after, before) {
+			t.Fatalf("a refused install changed the node:\nbefore %v\nafter  %v", before, after)
+		}
+		return out, true
+	}
+	if code != 0 {
+		t.Fatalf("install: exit %d\n%s", code, out)
+	}
+	return out, false
+}
+
 func snapshot(t *testing.T, root string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
@@ -325,7 +318,7 @@ func TestE2EContainerdConfigurations(t *testing.T) {
 		{name: "kubeadm, containerd 1.7 default", files: map[string]nodeFile{cfgPath: {content: "DEFAULT-1.7"}}},
 		{name: "kubeadm, containerd 2 default", files: map[string]nodeFile{cfgPath: {content: "DEFAULT-2"}}},
 		{name: "no config.toml", files: map[string]nodeFile{"/etc/containerd/.keep": {content: ""}}},
-		{name: "EKS AL2", files: map[string]nodeFile{cfgPath: {content: eksAL2}, "/etc/containerd/config.d/00-x.toml": {content: "version = 2\n"}}},
+		{name: "EKS AL2", files: map[string]nodeFile{cfgPath: {content: eksAL2Config}, "/etc/containerd/config.d/00-x.toml": {content: "version = 2\n"}}},
 		{name: "EKS AL2023", files: map[string]nodeFile{cfgPath: {content: eksAL2023}}},
 		{name: "GKE", files: map[string]nodeFile{cfgPath: {content: gke}}},
 		{name: "Bottlerocket-like, credentials in a 0600 file", files: map[string]nodeFile{cfgPath: {content: bottlerocket, mode: 0o600}}},
@@ -376,18 +369,9 @@ func TestE2EContainerdConfigurations(t *testing.T) {
 					t.Logf("%s refuses the node's own configuration: %v", l.name, firstLine(err))
 				}
 			}
-			out, code := runInstall(t, "install", "--nri-only", "--root", root)
-			if tc.refuse != "" {
-				if code == 0 || !strings.Contains(out, tc.refuse) {
-					t.Fatalf("exit %d, want a refusal naming %q:\n%s", code, tc.refuse, out)
-				}
-				if after := snapshot(t, root); !reflect.DeepEqual(after, before) {
-					t.Fatalf("a refused install changed the node:\nbefore %v\nafter  %v", before, after)
-				}
+			out, refused := installOrRefuse(t, root, before, tc.refuse, "--root", root)
+			if refused {
 				return
-			}
-			if code != 0 {
-				t.Fatalf("install: exit %d\n%s", code, out)
 			}
 			if len(dumps) == 0 {
 				t.Fatal("no containerd reads this configuration: the case tests nothing")
@@ -544,18 +528,9 @@ func TestE2ECRIOConfigurations(t *testing.T) {
 			if err != nil && tc.refuse == "" {
 				t.Fatalf("CRI-O refuses the node's own configuration: %v", err)
 			}
-			out, code := runInstall(t, "install", "--nri-only", "--runtime", "crio", "--root", root)
-			if tc.refuse != "" {
-				if code == 0 || !strings.Contains(out, tc.refuse) {
-					t.Fatalf("exit %d, want a refusal naming %q:\n%s", code, tc.refuse, out)
-				}
-				if after := snapshot(t, root); !reflect.DeepEqual(after, before) {
-					t.Fatalf("a refused install changed the node:\nbefore %v\nafter  %v", before, after)
-				}
+			out, refused := installOrRefuse(t, root, before, tc.refuse, "--runtime", "crio", "--root", root)
+			if refused {
 				return
-			}
-			if code != 0 {
-				t.Fatalf("install: exit %d\n%s", code, out)
 			}
 			a, err := crioEffective(t, root)
 			if err != nil {

@@ -62,13 +62,6 @@ func (c *Command) path() string {
 	return c.parent.path() + " " + c.Name
 }
 
-func (c *Command) root() *Command {
-	if c.parent == nil {
-		return c
-	}
-	return c.parent.root()
-}
-
 func (c *Command) link() {
 	for _, s := range c.Commands {
 		s.parent = c

@@ -121,15 +121,14 @@ type Recorder struct {
 type key struct{ uid, container, reason string }
 
 type entry struct {
-	pod           Pod
-	container     string
-	reason        string
-	message       string
-	count         int
-	first, last   time.Time
-	name          string // the Event's, once created
-	written       int    // the count the API server has
-	lastTouchedAt time.Time
+	pod         Pod
+	container   string
+	reason      string
+	message     string
+	count       int
+	first, last time.Time
+	name        string // the Event's, once created
+	written     int    // the count the API server has
 }
 
 // NewRecorder records as component on node.
@@ -155,7 +154,7 @@ func (r *Recorder) Warning(pod Pod, container, reason, message string) {
 		r.pending[k] = e
 	}
 	e.count++
-	e.message, e.last, e.lastTouchedAt = message, now, now
+	e.message, e.last = message, now
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -167,8 +166,8 @@ func (r *Recorder) evictOldest() {
 	var oldest key
 	var at time.Time
 	for k, e := range r.pending {
-		if at.IsZero() || e.lastTouchedAt.Before(at) {
-			oldest, at = k, e.lastTouchedAt
+		if at.IsZero() || e.last.Before(at) {
+			oldest, at = k, e.last
 		}
 	}
 	delete(r.pending, oldest)

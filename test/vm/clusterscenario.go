@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -142,12 +143,12 @@ type step struct {
 // checks after.
 type clusterRun struct {
 	*Cluster
-	rt       Runtime
-	files    string // config_files before oomguard
-	config   string // runtime_config before oomguard
-	without  []time.Duration
-	with     []time.Duration
-	upgraded bool
+	rt      Runtime
+	files   string // config_files before oomguard
+	config  string // runtime_config before oomguard
+	without []time.Duration
+	with    []time.Duration
+	score   string // the VM-like rule's score in the chart's configuration now
 }
 
 func driveCluster(rt Runtime) func(ctx context.Context, c *Cluster) error {
@@ -199,6 +200,12 @@ func (r *clusterRun) sh(ctx context.Context, script string) (string, error) {
 // clusterCPU is a Guaranteed pod's CPU: the node has one, and a pod's
 // runc init runs under its quota (a tenth of a core doubles a start).
 const clusterCPU = "150m"
+
+// sysboxPod is a pod of RuntimeClass sysbox-runc whose command is no init:
+// only the sysbox rule (runtime_handlers) matches it.
+func sysboxPod(name string) Pod {
+	return Pod{Name: name, Namespace: "default", Command: []string{"/bin/sleep", "2147483647"}, Memory: "32Mi", CPU: clusterCPU, RuntimeClass: "sysbox-runc"}
+}
 
 // vmPod is a VM-like Guaranteed pod: systemd as PID 1, the init-as-pid1 rule.
 func vmPod(name string) Pod {
@@ -283,30 +290,73 @@ func (r *clusterRun) operator(ctx context.Context, cond string, stop <-chan stru
 	return done
 }
 
-// helmWithRestart runs helm (install or upgrade, --wait) and waits for the
-// rollout, while the operator restarts the runtime when cond holds on the
-// node. helm's --wait alone does not wait for one node: it waits for a
+// chart runs helm (install or upgrade, --wait) and waits for the rollout;
+// with cond, the operator restarts the runtime meanwhile, when cond holds on
+// the node. helm's --wait alone does not wait for one node: it waits for a
 // DaemonSet's pods less its maxUnavailable (10%, rounded up: all of one).
-func (r *clusterRun) helmWithRestart(ctx context.Context, cond string, args ...string) error {
+func (r *clusterRun) chart(ctx context.Context, cond string, args ...string) error {
 	stop := make(chan struct{})
-	restarted := r.operator(ctx, cond, stop)
-	_, err := r.Helm(ctx, args...)
+	var restarted <-chan error
+	if cond != "" {
+		restarted = r.operator(ctx, cond, stop)
+	}
+	_, err := r.Helm(ctx, append(args, chartArgs...)...)
 	if err == nil {
 		err = r.rollout(ctx)
 	}
 	close(stop)
-	if rerr := <-restarted; rerr != nil && err == nil {
-		err = fmt.Errorf("restarting the runtime: %w", rerr)
+	if restarted != nil {
+		if rerr := <-restarted; rerr != nil && err == nil {
+			err = fmt.Errorf("restarting the runtime: %w", rerr)
+		}
 	}
 	return err
 }
+
+// installChart installs the chart with values, the operator restarting the
+// runtime when the drop-in appears (the hook mode needs no restart).
+func (r *clusterRun) installChart(ctx context.Context, values ...string) error {
+	r.score = "900" // the shipped configuration's
+	cond := "[ -f $DROPIN ]"
+	if slices.Contains(values, "mode=hook") {
+		cond = ""
+	}
+	return r.chart(ctx, cond, append([]string{"install", "oomguard"}, values...)...)
+}
+
+// uninstallChart is the README's uninstall: the chart in uninstall mode,
+// the operator restarting the runtime once the drop-in is gone (restart),
+// then helm uninstall.
+func (r *clusterRun) uninstallChart(ctx context.Context, restart bool) error {
+	cond := ""
+	if restart {
+		cond = "[ ! -f $DROPIN ]"
+	}
+	if err := r.chart(ctx, cond, "upgrade", "oomguard", "--set", "mode=uninstall"); err != nil {
+		return err
+	}
+	_, err := r.Helm(ctx, "uninstall", "oomguard", "--namespace", "kube-system", "--wait")
+	return err
+}
+
+// nvidia runs the NVIDIA toolkit's command on the node (nvidia-ctk, or its
+// installer's cleanup), then restarts the runtime.
+func (r *clusterRun) nvidia(ctx context.Context, command string) error {
+	_, err := r.sh(ctx, command+" >>/tmp/nvidia.log 2>&1 || { cat /tmp/nvidia.log; exit 1; }; restart_runtime >/dev/null")
+	return err
+}
+
+const (
+	nvidiaConfigure = "nvidia-ctk runtime configure --runtime=containerd"
+	nvidiaRemove    = "nvidia-uninstall --runtime containerd"
+)
 
 var chartArgs = []string{"deploy/helm/oomguard", "--namespace", "kube-system", "--wait", "--timeout", "10m"}
 
 func (r *clusterRun) install(ctx context.Context) error {
 	start := time.Now()
 	events := []string{"--set", "events.enabled=true", "--set", fmt.Sprintf("events.apiServer=https://%s:%d", hostIP, r.Port)}
-	if err := r.helmWithRestart(ctx, "[ -f $DROPIN ]", append(append([]string{"install", "oomguard"}, events...), chartArgs...)...); err != nil {
+	if err := r.installChart(ctx, events...); err != nil {
 		return err
 	}
 	if s, _ := r.sh(ctx, "nri_state"); strings.TrimSpace(s) != "on" {
@@ -323,25 +373,25 @@ func (r *clusterRun) install(ctx context.Context) error {
 	if err := r.expect(ctx, "vm-1", "900", "0"); err != nil {
 		return err
 	}
-	if err := r.logged(ctx, "default/vm-1", "applied before start"); err != nil {
+	if err := r.logged(ctx, "default/vm-1", `msg="applied before start"`); err != nil {
 		return err
 	}
 	// The pod that ran before was fixed when the plugin synchronized.
 	return r.expect(ctx, "before-0", "900", "0")
 }
 
-// logged: the plugin logged msg about pod.
-func (r *clusterRun) logged(ctx context.Context, pod, msg string) error {
+// logged: the plugin logged a line about pod holding every one of parts.
+func (r *clusterRun) logged(ctx context.Context, pod string, parts ...string) error {
 	out, err := r.sh(ctx, "plugin_log")
 	if err != nil {
 		return err
 	}
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, " pod="+pod+" ") && (strings.Contains(l, "msg="+msg+" ") || strings.Contains(l, `msg="`+msg+`"`)) {
+		if strings.Contains(l, " pod="+pod+" ") && !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
 			return nil
 		}
 	}
-	return fmt.Errorf("the plugin did not log %q for %s; its log:\n%s", msg, pod, tailLines(out, 30))
+	return fmt.Errorf("the plugin logged no line %q for %s; its log:\n%s", parts, pod, tailLines(out, 30))
 }
 
 // oomKills: a guarded VM-like pod whose runaways meet its limit a hundred
@@ -409,31 +459,16 @@ func (r *clusterRun) runtimeClass(ctx context.Context) error {
 	if err := r.Apply(ctx, "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: sysbox-runc\nhandler: sysbox-runc\n"); err != nil {
 		return err
 	}
-	p := Pod{Name: "sysbox-1", Namespace: "default", Command: []string{"/bin/sleep", "2147483647"}, Memory: "32Mi", CPU: clusterCPU, RuntimeClass: "sysbox-runc"}
-	if _, err := r.StartPod(ctx, p); err != nil {
+	if _, err := r.StartPod(ctx, sysboxPod("sysbox-1")); err != nil {
 		return err
 	}
 	if err := r.expect(ctx, "sysbox-1", "900", "0"); err != nil {
 		return err
 	}
-	if err := r.loggedRule(ctx, "default/sysbox-1", "sysbox"); err != nil {
+	if err := r.logged(ctx, "default/sysbox-1", "msg=decision", " rule=sysbox "); err != nil {
 		return err
 	}
 	return r.remove(ctx, "sysbox-1")
-}
-
-// loggedRule: the plugin's decision for pod was rule.
-func (r *clusterRun) loggedRule(ctx context.Context, pod, rule string) error {
-	out, err := r.sh(ctx, "plugin_log")
-	if err != nil {
-		return err
-	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "msg=decision") && strings.Contains(l, " pod="+pod+" ") && strings.Contains(l, " rule="+rule+" ") {
-			return nil
-		}
-	}
-	return fmt.Errorf("the plugin did not decide %s by rule %s; its log:\n%s", pod, rule, tailLines(out, 30))
 }
 
 // resize: vm-1's memory resized in place through the API; kubelet re-sends
@@ -463,15 +498,8 @@ func (r *clusterRun) resize(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", err, r.expect(ctx, "vm-1", "900", "0"))
 	}
 	out, _ := r.sh(ctx, "plugin_log | grep ' pod=default/vm-1 ' | grep -v 'msg=decision\\|applied before start' | tail -4")
-	r.Note("%s: after the resize the plugin logged: %s", r.rt.Component, cmpOr(strings.TrimSpace(out), "nothing (no update reached it, and nothing drifted)"))
+	r.Note("%s: after the resize the plugin logged: %s", r.rt.Component, cmp.Or(strings.TrimSpace(out), "nothing (no update reached it, and nothing drifted)"))
 	return nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // otherPlugin: another NRI plugin (index 05: it runs before oomguard) sets
@@ -522,22 +550,19 @@ func (r *clusterRun) upgrade(ctx context.Context) error {
 		return err
 	}
 	before, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o", "name")
-	if _, err := r.Helm(ctx, append([]string{"upgrade", "oomguard", "--set-file", "config=" + cfg}, chartArgs...)...); err != nil {
-		return err
-	}
-	if err := r.rollout(ctx); err != nil {
+	if err := r.chart(ctx, "", "upgrade", "oomguard", "--set-file", "config="+cfg); err != nil {
 		return err
 	}
 	after, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o", "name")
 	if strings.TrimSpace(string(after)) == "" || string(after) == string(before) {
 		return fmt.Errorf("the upgrade did not roll the plugin's pod: %q before, %q after", before, after)
 	}
-	r.upgraded = true
+	r.score = "850"
 	// The new pod's plugin is Ready once it has synchronized.
 	if _, err := r.StartPod(ctx, vmPod("vm-2")); err != nil {
 		return err
 	}
-	if err := r.expect(ctx, "vm-2", "850", "0"); err != nil {
+	if err := r.expect(ctx, "vm-2", r.score, "0"); err != nil {
 		return err
 	}
 	return r.remove(ctx, "vm-2")
@@ -548,11 +573,10 @@ func (r *clusterRun) upgrade(ctx context.Context) error {
 // is on and the toolkit's runtime loaded. The toolkit removed first leaves
 // NRI on and oomguard guarding.
 func (r *clusterRun) nvidiaAfter(ctx context.Context) error {
-	r.upgraded = false
-	if err := r.helmWithRestart(ctx, "[ -f $DROPIN ]", append([]string{"install", "oomguard"}, chartArgs...)...); err != nil {
+	if err := r.installChart(ctx); err != nil {
 		return err
 	}
-	if _, err := r.sh(ctx, "nvidia-ctk runtime configure --runtime=containerd >/tmp/nvidia.log 2>&1 || { cat /tmp/nvidia.log; exit 1; }; restart_runtime >/dev/null"); err != nil {
+	if err := r.nvidia(ctx, nvidiaConfigure); err != nil {
 		return err
 	}
 	if err := r.nodeState(ctx, "on", true); err != nil {
@@ -561,10 +585,7 @@ func (r *clusterRun) nvidiaAfter(ctx context.Context) error {
 	if err := r.guardsAgain(ctx, "vm-3"); err != nil {
 		return err
 	}
-	if err := r.remove(ctx, "vm-3"); err != nil {
-		return err
-	}
-	if _, err := r.sh(ctx, "nvidia-uninstall --runtime containerd >>/tmp/nvidia.log 2>&1 || { cat /tmp/nvidia.log; exit 1; }; restart_runtime >/dev/null"); err != nil {
+	if err := r.nvidia(ctx, nvidiaRemove); err != nil {
 		return err
 	}
 	if err := r.nodeState(ctx, "on", false); err != nil {
@@ -573,31 +594,25 @@ func (r *clusterRun) nvidiaAfter(ctx context.Context) error {
 	if err := r.guardsAgain(ctx, "vm-4"); err != nil {
 		return err
 	}
-	if err := r.remove(ctx, "vm-4"); err != nil {
-		return err
-	}
-	if err := r.helmWithRestart(ctx, "[ ! -f $DROPIN ]", append([]string{"upgrade", "oomguard", "--set", "mode=uninstall"}, chartArgs...)...); err != nil {
-		return err
-	}
-	if _, err := r.Helm(ctx, "uninstall", "oomguard", "--namespace", "kube-system", "--wait"); err != nil {
+	if err := r.uninstallChart(ctx, true); err != nil {
 		return err
 	}
 	return r.restored(ctx, false)
 }
 
 // guardsAgain: once the plugin is back after a restart, a new VM-like pod
-// is guarded.
+// is guarded; the pod is removed after.
 func (r *clusterRun) guardsAgain(ctx context.Context, name string) error {
 	if _, err := r.StartPod(ctx, vmPod(name)); err != nil {
 		return err
 	}
-	want := "900"
-	if r.upgraded {
-		want = "850"
-	}
-	return r.poll(ctx, time.Minute, name+" guarded", func() (bool, error) {
-		return r.expect(ctx, name, want, "0") == nil, nil
+	err := r.poll(ctx, time.Minute, name+" guarded", func() (bool, error) {
+		return r.expect(ctx, name, r.score, "0") == nil, nil
 	})
+	if err != nil {
+		return err
+	}
+	return r.remove(ctx, name)
 }
 
 // rollout waits for the chart's DaemonSet to be rolled out on the node, as
@@ -628,11 +643,7 @@ func (r *clusterRun) nodeState(ctx context.Context, nri string, nvidia bool) err
 // configuration is byte for byte what it was, and the pods that ran keep
 // running.
 func (r *clusterRun) uninstall(ctx context.Context) error {
-	cond := "[ ! -f $DROPIN ]"
-	if err := r.helmWithRestart(ctx, cond, append([]string{"upgrade", "oomguard", "--set", "mode=uninstall"}, chartArgs...)...); err != nil {
-		return err
-	}
-	if _, err := r.Helm(ctx, "uninstall", "oomguard", "--namespace", "kube-system", "--wait"); err != nil {
+	if err := r.uninstallChart(ctx, true); err != nil {
 		return err
 	}
 	return r.restored(ctx, true)
@@ -691,11 +702,10 @@ func lineDiff(a, b string, all bool) string {
 // first leaves NRI off and the toolkit's runtime loaded; the toolkit
 // removed after it leaves the runtime as it loaded before both.
 func (r *clusterRun) nvidiaBefore(ctx context.Context) error {
-	if _, err := r.sh(ctx, "nvidia-ctk runtime configure --runtime=containerd >/tmp/nvidia.log 2>&1 || { cat /tmp/nvidia.log; exit 1; }; restart_runtime >/dev/null"); err != nil {
+	if err := r.nvidia(ctx, nvidiaConfigure); err != nil {
 		return err
 	}
-	r.upgraded = false
-	if err := r.helmWithRestart(ctx, "[ -f $DROPIN ]", append([]string{"install", "oomguard"}, chartArgs...)...); err != nil {
+	if err := r.installChart(ctx); err != nil {
 		return err
 	}
 	if err := r.nodeState(ctx, "on", true); err != nil {
@@ -704,16 +714,13 @@ func (r *clusterRun) nvidiaBefore(ctx context.Context) error {
 	if err := r.guardsAgain(ctx, "vm-5"); err != nil {
 		return err
 	}
-	if err := r.helmWithRestart(ctx, "[ ! -f $DROPIN ]", append([]string{"upgrade", "oomguard", "--set", "mode=uninstall"}, chartArgs...)...); err != nil {
-		return err
-	}
-	if _, err := r.Helm(ctx, "uninstall", "oomguard", "--namespace", "kube-system", "--wait"); err != nil {
+	if err := r.uninstallChart(ctx, true); err != nil {
 		return err
 	}
 	if err := r.nodeState(ctx, "off", true); err != nil {
 		return err
 	}
-	if _, err := r.sh(ctx, "nvidia-uninstall --runtime containerd >>/tmp/nvidia.log 2>&1 || { cat /tmp/nvidia.log; exit 1; }; restart_runtime >/dev/null"); err != nil {
+	if err := r.nvidia(ctx, nvidiaRemove); err != nil {
 		return err
 	}
 	return r.restored(ctx, false)
@@ -723,10 +730,7 @@ func (r *clusterRun) nvidiaBefore(ctx context.Context) error {
 // it, without a restart; a VM-like pod and a pod of RuntimeClass
 // sysbox-runc are guarded by it; uninstall leaves the node as it was.
 func (r *clusterRun) hookMode(ctx context.Context) error {
-	if _, err := r.Helm(ctx, append([]string{"install", "oomguard", "--set", "mode=hook"}, chartArgs...)...); err != nil {
-		return err
-	}
-	if err := r.rollout(ctx); err != nil {
+	if err := r.installChart(ctx, "--set", "mode=hook"); err != nil {
 		return err
 	}
 	if _, err := r.sh(ctx, "[ -f $HOOKSD ]"); err != nil {
@@ -741,21 +745,14 @@ func (r *clusterRun) hookMode(ctx context.Context) error {
 	if err := r.remove(ctx, "hook-vm"); err != nil {
 		return err
 	}
-	p := Pod{Name: "hook-sysbox", Namespace: "default", Command: []string{"/bin/sleep", "2147483647"}, Memory: "32Mi", CPU: clusterCPU, RuntimeClass: "sysbox-runc"}
-	if _, err := r.StartPod(ctx, p); err != nil {
+	if _, err := r.StartPod(ctx, sysboxPod("hook-sysbox")); err != nil {
 		return err
 	}
 	if err := r.expect(ctx, "hook-sysbox", "900", "0"); err != nil {
 		log, _ := r.sh(ctx, "tail -5 /var/log/oomguard-hook.log")
 		return fmt.Errorf("%w; the hook's log:\n%s", err, log)
 	}
-	if _, err := r.Helm(ctx, append([]string{"upgrade", "oomguard", "--set", "mode=uninstall"}, chartArgs...)...); err != nil {
-		return err
-	}
-	if err := r.rollout(ctx); err != nil {
-		return err
-	}
-	if _, err := r.Helm(ctx, "uninstall", "oomguard", "--namespace", "kube-system", "--wait"); err != nil {
+	if err := r.uninstallChart(ctx, false); err != nil { // nothing for the runtime to read again
 		return err
 	}
 	return r.restored(ctx, true)

@@ -300,21 +300,30 @@ func kubeIncidents(r *Run, by string) error {
 // killReported: the plugin reported an OOM kill in pod of kind (its log
 // line, with also), and how long after the kernel's record, which is noted.
 func killReported(r *Run, pod, kind, also string) error {
-	for _, l := range strings.Split(r.Console, "\n") {
-		if !strings.Contains(l, "@@PLUGIN ") || !strings.Contains(l, `msg="OOM kill"`) || !strings.Contains(l, " pod="+pod+" ") ||
-			!strings.Contains(l, " kind="+kind) || !strings.Contains(l, also) {
-			continue
-		}
-		field := func(k string) string {
-			_, v, _ := strings.Cut(l, " "+k+"=")
-			v, _, _ = strings.Cut(v, " ")
-			return v
-		}
-		r.Notes = append(r.Notes, fmt.Sprintf("%s/%s: the OOM kill in %s (kind %s) reported %s after the kernel's record",
-			r.Scenario, r.Variant, pod, field("kind"), field("reported_after")))
-		return nil
+	l, ok := pluginLine(r, pod, `msg="OOM kill"`, " kind="+kind, also)
+	if !ok {
+		return fmt.Errorf("the plugin did not report the OOM kill in %s (kind %s)", pod, kind)
 	}
-	return fmt.Errorf("the plugin did not report the OOM kill in %s (kind %s)", pod, kind)
+	field := func(k string) string {
+		_, v, _ := strings.Cut(l, " "+k+"=")
+		v, _, _ = strings.Cut(v, " ")
+		return v
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("%s/%s: the OOM kill in %s (kind %s) reported %s after the kernel's record",
+		r.Scenario, r.Variant, pod, field("kind"), field("reported_after")))
+	return nil
+}
+
+// pluginLine is the first line of the plugin's log (@@PLUGIN) about pod
+// holding every one of parts.
+func pluginLine(r *Run, pod string, parts ...string) (string, bool) {
+	for _, l := range strings.Split(r.Console, "\n") {
+		if strings.Contains(l, "@@PLUGIN ") && strings.Contains(l, " pod="+pod+" ") &&
+			!slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
+			return l, true
+		}
+	}
+	return "", false
 }
 
 // result is the first "@@RESULT key=value …" line.
@@ -371,17 +380,18 @@ func execWatched(r *Run) error {
 // the first with msg then about static pod's container, and when they were logged.
 func pluginTimes(r *Run, pod, first, then string) (t1, t2 time.Time, ok bool) {
 	at := func(msg string) (time.Time, bool) {
-		for _, l := range strings.Split(r.Console, "\n") {
-			if !strings.Contains(l, "@@PLUGIN ") || !strings.Contains(l, " pod=ml/"+pod+"-node ") ||
-				!(strings.Contains(l, " msg="+msg+" ") || strings.Contains(l, ` msg="`+msg+`" `)) {
-				continue
-			}
-			_, rest, _ := strings.Cut(l, "time=")
-			ts, _, _ := strings.Cut(rest, " ")
-			t, err := time.Parse(time.RFC3339Nano, ts)
-			return t, err == nil
+		part := " msg=" + msg + " " // slog quotes a message with spaces
+		if strings.Contains(msg, " ") {
+			part = ` msg="` + msg + `" `
 		}
-		return time.Time{}, false
+		l, ok := pluginLine(r, "ml/"+pod+"-node", part)
+		if !ok {
+			return time.Time{}, false
+		}
+		_, rest, _ := strings.Cut(l, "time=")
+		ts, _, _ := strings.Cut(rest, " ")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		return t, err == nil
 	}
 	t1, ok1 := at(first)
 	t2, ok2 := at(then)

@@ -24,7 +24,8 @@ RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/..
 FUZZ := ./config:FuzzParse ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./internal/policy:FuzzPodUID ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./doctor:FuzzParseCPUList ./doctor:FuzzParseProcTables \
-	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/execwatch:FuzzParse ./internal/kmsg:FuzzParse
+	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/execwatch:FuzzParse ./internal/kmsg:FuzzParse \
+	./imagepatch/admission:FuzzReview
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
 HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./internal/execwatch/ ./internal/kmsg/ ./test/controlplane/ ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
@@ -52,7 +53,7 @@ shims: build
 # The release image: an OCI layout in build/image (and pushed when
 # IMAGE=registry/repo:tag is given), the same digest for the same commit.
 IMAGE ?=
-IMAGE_PROGRAMS := oomguard-nri oomguard-doctor oomguard-hook
+IMAGE_PROGRAMS := oomguard-nri oomguard-doctor oomguard-hook imagepatch
 CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image:
 	@set -e; for a in $(SHIM_ARCHES); do for p in $(IMAGE_PROGRAMS); do \

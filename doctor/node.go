@@ -23,7 +23,7 @@ type node struct {
 	sample time.Duration
 	// ctrs caches containerOf by cgroup path: a container's processes share one.
 	ctrs map[string]ctrRef
-	mem  meminfo
+	mem  kernel.Meminfo
 	// memErr is why mem is unknown.
 	memErr error
 	// names are the CRI runtime's names of containers, by ID.
@@ -74,13 +74,13 @@ func loadNode(root string, cfg *config.Config, sample time.Duration) (*node, err
 			n.procs = append(n.procs, procs[i])
 		}
 	}
-	n.mem, n.memErr = readMeminfo(root)
+	n.mem, n.memErr = kernel.ReadMeminfo(root)
 	total := n.mem.TotalPages()
 	for i := range n.procs {
 		p := &n.procs[i]
 		n.byPid[p.Pid] = p
 		if !p.Kernel {
-			p.OOMScore = oomScore(badness(p.MemKB, p.OOMScoreAdj, total), total)
+			p.OOMScore = oomScore(kernel.Badness(p.MemKB, p.OOMScoreAdj, total), total)
 		}
 	}
 	return n, nil
@@ -140,5 +140,5 @@ func (n *node) isDaemon(p *kernel.Process) bool {
 }
 
 func (n *node) killable(p *kernel.Process) bool {
-	return !p.Kernel && p.OOMScoreAdj > kernel.OOMScoreAdjMin && p.Pid != 1
+	return kernel.Killable(p)
 }

@@ -257,43 +257,6 @@ func dyingMemcgs(root string, mode kernel.Mode) (int, error) {
 	return max(total-live, 0), nil
 }
 
-// meminfo is what the OOM arithmetic needs from /proc/meminfo, in kB.
-type meminfo struct {
-	TotalKB, SwapKB, AvailableKB int64
-}
-
-// TotalPages is the kernel's totalpages for a global OOM: RAM and swap.
-func (m meminfo) TotalPages() int64 { return (m.TotalKB + m.SwapKB) / pageKB }
-
-// pageKB is the page size in kB.
-var pageKB = int64(os.Getpagesize() / 1024)
-
-// readMeminfo reads /proc/meminfo.
-func readMeminfo(root string) (meminfo, error) {
-	var m meminfo
-	b, err := kernel.ReadFile(filepath.Join(root, "proc", "meminfo"), kernel.MaxSmall)
-	if err != nil {
-		return m, err
-	}
-	m.TotalKB = kernel.StatusKB(b, "MemTotal:")
-	m.SwapKB = kernel.StatusKB(b, "SwapTotal:")
-	m.AvailableKB = kernel.StatusKB(b, "MemAvailable:")
-	if m.TotalKB <= 0 {
-		return m, fmt.Errorf("%s has no MemTotal", filepath.Join(root, "proc", "meminfo"))
-	}
-	return m, nil
-}
-
-// badness is the kernel's oom_badness (mm/oom_kill.c) in pages: what a
-// process holds (resident, swapped, page tables) plus its oom_score_adj in
-// thousandths of totalpages. The kernel kills the highest first.
-func badness(memKB int64, adj int, totalPages int64) int64 {
-	if adj == kernel.OOMScoreAdjMin {
-		return math.MinInt64
-	}
-	return memKB/pageKB + int64(adj)*(totalPages/1000)
-}
-
 // oomScore is /proc/PID/oom_score for a badness (fs/proc/base.c): scaled
 // into 0..2000, then by 2/3.
 func oomScore(badness, totalPages int64) int {

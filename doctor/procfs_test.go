@@ -2,16 +2,16 @@ package doctor
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/oomguard/oomguard/internal/kernel"
 )
 
 // Linux 6.1's arithmetic (oom_badness, proc_oom_score), for 4 KiB pages,
 // checked against numbers a real kernel showed: the VM scenario compares
 // the doctor's scores with /proc/PID/oom_score on every process.
 func TestOOMArithmetic(t *testing.T) {
-	if pageKB != 4 {
+	if kernel.PageKB != 4 {
 		t.Skip("the figures are for 4 KiB pages")
 	}
 	total := int64(201326592 / 4) // 192 GiB, no swap
@@ -27,26 +27,13 @@ func TestOOMArithmetic(t *testing.T) {
 		{190 << 20, -997, 662}, // grown to nearly the whole node
 		{120 << 10, -999, 1},   // kubelet
 	} {
-		b := badness(tc.memKB, tc.adj, total)
+		b := kernel.Badness(tc.memKB, tc.adj, total)
 		if got := oomScore(b, total); got != tc.score {
 			t.Errorf("%d kB at %d: score %d, want %d (badness %d)", tc.memKB, tc.adj, got, tc.score, b)
 		}
 	}
-	if badness(0, -1000, total) != math.MinInt64 {
+	if kernel.Badness(0, -1000, total) != math.MinInt64 {
 		t.Error("oom_score_adj -1000 must never be chosen")
-	}
-}
-
-func TestMeminfo(t *testing.T) {
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "proc"), 0o755)
-	os.WriteFile(filepath.Join(root, "proc/meminfo"), []byte("MemTotal:       16384000 kB\nMemFree: 100 kB\nMemAvailable:    8192000 kB\nSwapTotal:       1024 kB\nSwapFree: 0 kB\n"), 0o644)
-	m, err := readMeminfo(root)
-	if err != nil || m.TotalKB != 16384000 || m.AvailableKB != 8192000 || m.SwapKB != 1024 || m.TotalPages() != (16384000+1024)/pageKB {
-		t.Fatalf("%+v %v", m, err)
-	}
-	if _, err := readMeminfo(t.TempDir()); err == nil {
-		t.Fatal("no meminfo must be an error")
 	}
 }
 

@@ -36,7 +36,7 @@ func (n *node) checkRanking() Finding {
 		return f
 	}
 	total := n.mem.TotalPages()
-	avail := n.mem.AvailableKB / pageKB
+	avail := n.mem.AvailableKB / kernel.PageKB
 	biggest := map[string]*runaway{}
 	var killable []*kernel.Process
 	for i := range n.procs {
@@ -57,7 +57,7 @@ func (n *node) checkRanking() Finding {
 		f.Severity, f.Summary = Info, "no pod processes on this node: nothing to rank"
 		return f
 	}
-	badness := func(p *kernel.Process) int64 { return badness(p.MemKB, p.OOMScoreAdj, total) }
+	badness := func(p *kernel.Process) int64 { return kernel.Badness(p.MemKB, p.OOMScoreAdj, total) }
 	sort.SliceStable(killable, func(i, j int) bool { return badness(killable[i]) > badness(killable[j]) })
 	// daemonsUpTo[i]: node daemons among the i processes the kernel kills first.
 	daemonsUpTo := make([]int, len(killable)+1)
@@ -89,7 +89,7 @@ func (n *node) checkRanking() Finding {
 			unlimited++
 		}
 		grow := avail
-		r.canFill = !limited || headroom/(pageKB*1024) >= avail
+		r.canFill = !limited || headroom/(kernel.PageKB*1024) >= avail
 		if !r.canFill {
 			r.limitedBy = by
 			continue

@@ -116,6 +116,9 @@ func New(spec *Spec, opts ...Option) (*Patcher, error) {
 	return p, nil
 }
 
+// Spec is the patch p applies.
+func (p *Patcher) Spec() *Spec { return p.spec }
+
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
 // DestinationTag renders the tag template for a base tag.
@@ -144,11 +147,39 @@ func (p *Patcher) Apply(ctx context.Context, src name.Tag) Result {
 	return p.Run(ctx, []name.Tag{src}, true, nil)[0]
 }
 
+// ApplyRef patches what read names (a tag, or a digest pinning what a tag
+// named when it was looked at) as the tag as: the destination is named after
+// it and the result records it as its base. For a reference by digest
+// alone, as is DigestTag(read).
+func (p *Patcher) ApplyRef(ctx context.Context, read name.Reference, as name.Tag) Result {
+	return p.run(ctx, []source{{read, as}}, true, nil)[0]
+}
+
+// DigestTag is the tag an image known only by its digest is named by in
+// destination tags: sha256-HEX.
+func DigestTag(d name.Digest) name.Tag {
+	return d.Context().Tag(strings.Replace(d.DigestStr(), ":", "-", 1))
+}
+
+// source is what to read, and the tag its result is named after.
+type source struct {
+	read name.Reference
+	tag  name.Tag
+}
+
 // Run plans or applies every source with bounded concurrency, calling done
 // after each; results keep the order of srcs. Every source is planned before
 // anything is pushed: sources whose results would go to one destination are
 // all refused, so that no destination is written twice.
 func (p *Patcher) Run(ctx context.Context, srcs []name.Tag, apply bool, done func(Result)) []Result {
+	ss := make([]source, len(srcs))
+	for i, t := range srcs {
+		ss[i] = source{t, t}
+	}
+	return p.run(ctx, ss, apply, done)
+}
+
+func (p *Patcher) run(ctx context.Context, srcs []source, apply bool, done func(Result)) []Result {
 	out := make([]Result, len(srcs))
 	builds := make([]*built, len(srcs))
 	p.each(len(srcs), func(i int) {
@@ -226,7 +257,8 @@ type built struct {
 
 // plan builds the result for src and says what pushing it would do. A
 // panic while building fails this source only.
-func (p *Patcher) plan(ctx context.Context, src name.Tag) (res Result, b *built) {
+func (p *Patcher) plan(ctx context.Context, s source) (res Result, b *built) {
+	src := s.read
 	res = Result{Source: src.String()}
 	fail := func(err error) (Result, *built) {
 		res.Action, res.Error = ActionFailed, err.Error()
@@ -238,7 +270,7 @@ func (p *Patcher) plan(ctx context.Context, src name.Tag) (res Result, b *built)
 		}
 	}()
 	opts := p.opts(ctx)
-	b, skip, err := p.build(src, opts)
+	b, skip, err := p.build(s, opts)
 	if err != nil {
 		return fail(err)
 	}
@@ -272,12 +304,13 @@ func (p *Patcher) opts(ctx context.Context) []remote.Option {
 
 // build makes the patched image or index for src, starting from the base
 // the source records when it is already an older version of this patch.
-func (p *Patcher) build(src name.Tag, opts []remote.Option) (*built, string, error) {
+func (p *Patcher) build(s source, opts []remote.Option) (*built, string, error) {
+	src := s.read
 	desc, err := remote.Get(src, opts...)
 	if err != nil {
 		return nil, "", fmt.Errorf("read %s: %w", src, err)
 	}
-	b := &built{baseTag: src, base: src.Context().Digest(desc.Digest.String()).String()}
+	b := &built{baseTag: s.tag, base: src.Context().Digest(desc.Digest.String()).String()}
 	// What the source records, how to read its recorded base instead, and
 	// how to patch what was read.
 	var labels map[string]string
@@ -330,7 +363,7 @@ func (p *Patcher) build(src name.Tag, opts []remote.Option) (*built, string, err
 // rebase looks at what the source records. The same patch and version: the
 // source is a result, skip it. Another version: start from the recorded
 // base, which reread fetches in place of the source.
-func (p *Patcher) rebase(b *built, labels map[string]string, src name.Tag, reread func(name.Digest) error) (string, error) {
+func (p *Patcher) rebase(b *built, labels map[string]string, src name.Reference, reread func(name.Digest) error) (string, error) {
 	if labels[LabelName] != p.spec.Name {
 		return "", nil
 	}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -34,9 +35,10 @@ import (
 
 // counter records every request that reaches the registry.
 type counter struct {
-	mu   sync.Mutex
-	reqs []string // "METHOD path?query"
-	next http.RoundTripper
+	mu    sync.Mutex
+	reqs  []string // "METHOD path?query"
+	next  http.RoundTripper
+	delay time.Duration // before each request: a slow registry
 }
 
 // shimSuffix ends the tags the built-in spec's results get by default.
@@ -45,8 +47,20 @@ var shimSuffix = "oomguard-init." + ShimSpec().Version
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
 	c.reqs = append(c.reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	delay := c.delay
 	c.mu.Unlock()
+	time.Sleep(delay)
 	return c.next.RoundTrip(r)
+}
+
+func (c *counter) slow(d time.Duration) { c.mu.Lock(); c.delay = d; c.mu.Unlock() }
+
+func (c *counter) all() []string { c.mu.Lock(); defer c.mu.Unlock(); return slices.Clone(c.reqs) }
+
+func (r *testRegistry) has(t *testing.T, ref string) bool {
+	t.Helper()
+	_, err := remote.Head(r.tag(t, ref), r.opts()...)
+	return err == nil
 }
 
 func (c *counter) count(method, substr string) int {

@@ -33,6 +33,7 @@ type Metrics struct {
 	daemonKills  *prometheus.CounterVec
 	kmsgLost     prometheus.Counter
 	killLag      prometheus.Histogram
+	predictions  *prometheus.CounterVec
 	isConnected  atomic.Bool
 }
 
@@ -71,12 +72,19 @@ func NewMetrics() *Metrics {
 			Help: "Times the kernel overwrote log records before they were read; OOM kills among them were not reported."}),
 		killLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "oomguard_oom_kill_report_delay_seconds",
 			Help: "From the kernel's OOM kill record to oomguard's report of it.", Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 10}}),
+		predictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_oom_kills_predicted_total",
+			Help: "Global OOM kills by whether the kernel's victim was the doctor's model's first (predicted=true: no survivor outranked it by oom_badness; unknown: /proc could not be read)."},
+			[]string{"predicted"}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
 	buildInfo.WithLabelValues(version.Version, version.Commit).Set(1)
+	// Alerts need the series before the first kill.
+	m.daemonKills.WithLabelValues(KillNode)
+	m.predictions.WithLabelValues("true")
+	m.predictions.WithLabelValues("false")
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
-		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, buildInfo)
+		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, m.predictions, buildInfo)
 	return m
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oomguard/oomguard/internal/escape"
+	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/kmsg"
 	"github.com/oomguard/oomguard/internal/podevents"
 )
@@ -124,6 +125,12 @@ func (p *Plugin) reportKill(k kmsg.Kill) {
 		p.m.killLag.Observe(lag.Seconds())
 		attrs = append(attrs, "reported_after", lag.Round(time.Millisecond))
 	}
+	switch {
+	case k.Group:
+		attrs = append(attrs, "oom_group_member", true)
+	case kind == KillNode:
+		attrs = append(attrs, p.predicted(k)...)
+	}
 	if !known {
 		// Outside every pod: a cgroup not kubelet's, or, unnamed, a node
 		// OOM's victim no container counted.
@@ -151,6 +158,32 @@ func (p *Plugin) reportKill(k kmsg.Kill) {
 	if g != nil && kind == KillContainer {
 		p.logLargest(g)
 	}
+}
+
+// predicted compares a global OOM's victim with the doctor's model (the
+// highest oom_badness dies first): no process left may outrank what the
+// victim held when the kernel chose it.
+func (p *Plugin) predicted(k kmsg.Kill) []any {
+	n := p.node.Load()
+	total, err := n.TotalPages()
+	var first kernel.Process
+	var firstBadness int64
+	var found bool
+	if err == nil {
+		first, firstBadness, found, err = n.FirstVictim(k.Pid)
+	}
+	if err != nil {
+		p.m.predictions.WithLabelValues("unknown").Inc()
+		return []any{"model_predicted", "unknown"}
+	}
+	victim := kernel.Badness(int64(k.RSSKiB+k.PgTablesKiB), k.ScoreAdj, total)
+	if !found || victim >= firstBadness {
+		p.m.predictions.WithLabelValues("true").Inc()
+		return []any{"model_predicted", true}
+	}
+	p.m.predictions.WithLabelValues("false").Inc()
+	return []any{"model_predicted", false, "model_first", fmt.Sprintf("%s[%d]", escape.Terminal(first.Comm), first.Pid),
+		"model_first_oom_score_adj", first.OOMScoreAdj, "model_first_kb", first.MemKB}
 }
 
 // eventMessage says what happened as a Pod's Event.

@@ -68,6 +68,15 @@ func TestKillsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// And a batch job's worker outside the pod, at 500, for the doctor's model.
+	os.MkdirAll(filepath.Join(root, "proc", "1005"), 0o755)
+	for name, data := range map[string]string{"proc/meminfo": "MemTotal: 4096000 kB\nMemAvailable: 100 kB\nSwapTotal: 0 kB\n",
+		"proc/1005/stat": "1005 (worker) S 1 1005 1005 0 -1 4194560 0 0 0 0\n", "proc/1005/cmdline": "worker\x00",
+		"proc/1005/status": "Name:\tworker\nVmRSS:\t   4096 kB\n", "proc/1005/oom_score_adj": "500\n", "proc/1005/cgroup": "0::/batch.slice\n"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg, err := config.Parse([]byte(readShipped(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -90,8 +99,8 @@ func TestKillsReported(t *testing.T) {
 	if err := p.StartContainer(context.Background(), pod, other); err != nil {
 		t.Fatal(err)
 	}
-	// Two kills since: one the kernel names (1002 below), one it does not.
-	if err := os.WriteFile(memEvents, []byte("oom 5\noom_kill 5\n"), 0o644); err != nil {
+	// Four kills since: three the kernel names (1002, 1008, 1007 below), one it does not.
+	if err := os.WriteFile(memEvents, []byte("oom 7\noom_kill 7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var recs []string
@@ -99,8 +108,13 @@ func TestKillsReported(t *testing.T) {
 	recs = append(recs, kill(3, "CONSTRAINT_MEMCG", podCg, cgOther, "app", 1002, -997)...)
 	recs = append(recs, kill(5, "CONSTRAINT_NONE", "", "/system.slice/sshd.service", "sshd", 77, 0)...)
 	recs = append(recs, kill(7, "CONSTRAINT_NONE", "", cg, "\\x1b[31mevil", 1001, 900)...)
-	recs = append(recs, kill(9, "CONSTRAINT_MEMCG", "", "", "rate-limited", 1003, -997)[1]) // its Killed process line alone
-	recs = append(recs, kill(11, "CONSTRAINT_MEMCG", "", "", "another", 1004, -997)[1])     // no container counted it
+	// The sidecar keeps memory.oom.group: its other process goes with the victim, which the kernel logs again.
+	recs = append(recs, kill(7, "CONSTRAINT_NONE", "", cgOther, "app2", 1008, -997)...)
+	recs = append(recs, "6,8,1002,-;Tasks in "+cgOther+" are going to be killed due to memory.oom.group set", kill(0, "", "", "", "worker2", 1007, -997)[1],
+		kill(0, "", "", "", "app2", 1008, -997)[1])
+	// Later, Killed process lines alone: a container counted one, none the other.
+	later := func(r string) string { return strings.Replace(r, ",1001,-;", ",3000000,-;", 1) }
+	recs = append(recs, later(kill(9, "CONSTRAINT_MEMCG", "", "", "rate-limited", 1003, -997)[1]), later(kill(11, "CONSTRAINT_MEMCG", "", "", "another", 1004, -997)[1]))
 	errs := make([]error, len(recs))
 	recs, errs = append(recs, ""), append(errs, kmsg.ErrLost)
 	p.watchKills(context.Background(), func() (kmsgSource, error) { return &fakeKmsg{recs: recs, errs: errs}, nil })
@@ -111,8 +125,14 @@ func TestKillsReported(t *testing.T) {
 		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1002 command=app oom_score_adj=-997 rss_kb=520 kind=parent`,
 		`msg="OOM kill" pid=77 command=sshd oom_score_adj=0 rss_kb=520 kind=node cgroup=/system.slice/sshd.service`,
 		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1003 command=rate-limited oom_score_adj=-997 rss_kb=520 kind=limit cgroup=""`,
-		`msg="OOM kill" pid=1004 command=another oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=1ms reported_after=`,
+		`msg="OOM kill" pid=1004 command=another oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=3s reported_after=`,
 		`node_daemon=true`,
+		// The doctor's model: the worker at 500 outranked sshd at 0, whom the kernel
+		// killed; the process at 900 outranked every survivor.
+		`model_predicted=false model_first=worker[1005] model_first_oom_score_adj=500 model_first_kb=4096 node_daemon=true`,
+		`command=\x1b[31mevil oom_score_adj=900 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-main.scope kernel_time=1ms reported_after=`,
+		`model_predicted=true container_kept_running=true`,
+		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1007 command=worker2 oom_score_adj=-997 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-sidecar.scope kernel_time=1ms reported_after=`,
 		`msg="largest processes after the OOM kill" pod=ml/pod-1 container=main rule=init-as-pid1 processes="1001 init 2048kB oom_score_adj -997"`,
 		`container_kept_running=true`,
 		`msg="kernel log records were overwritten`,
@@ -124,7 +144,7 @@ func TestKillsReported(t *testing.T) {
 	if strings.Contains(out, "\x1b") {
 		t.Errorf("a task's name reached the log unescaped:\n%q", out)
 	}
-	for name, want := range map[string]float64{"oomguard_oom_kills_total": 5, "oomguard_node_daemon_oom_kills_total": 1, "oomguard_kernel_log_lost_total": 1} {
+	for name, want := range map[string]float64{"oomguard_oom_kills_total": 7, "oomguard_node_daemon_oom_kills_total": 1, "oomguard_kernel_log_lost_total": 1, "oomguard_node_oom_kills_predicted_total": 3} {
 		if n := counted(t, p.m, name); n != want {
 			t.Errorf("%s = %v, want %v", name, n, want)
 		}
@@ -133,18 +153,20 @@ func TestKillsReported(t *testing.T) {
 		"ml/pod-1 main OOMKilling: process 1001 (python3) was killed by the OOM killer for its container's memory limit, at oom_score_adj 900 with 520 KiB; the container kept running because memory.oom.group is 0",
 		"ml/pod-1 sidecar OOMKilling: process 1002 (app) was killed by the OOM killer for a memory limit above its container (the pod's), at oom_score_adj -997 with 520 KiB",
 		`ml/pod-1 main OOMKilling: process 1001 (\x1b[31mevil) was killed by the OOM killer for the node running out of memory, at oom_score_adj 900 with 520 KiB; the container kept running because memory.oom.group is 0`,
+		"ml/pod-1 sidecar OOMKilling: process 1008 (app2) was killed by the OOM killer for the node running out of memory, at oom_score_adj -997 with 520 KiB",
+		"ml/pod-1 sidecar OOMKilling: process 1007 (worker2) was killed by the OOM killer for the node running out of memory, at oom_score_adj -997 with 520 KiB",
 		"ml/pod-1 sidecar OOMKilling: process 1003 (rate-limited) was killed by the OOM killer for a memory limit, at oom_score_adj -997 with 520 KiB",
 	}
 	if strings.Join(events.got, "\n") != strings.Join(wantEvents, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events.got, "\n"), strings.Join(wantEvents, "\n"))
 	}
-	if got := killSeries(t, p.m); got != "///limit=1 ml/pod-1/main/container=1 ml/pod-1/main/node=1 ml/pod-1/sidecar/limit=1 ml/pod-1/sidecar/parent=1" {
+	if got := killSeries(t, p.m); got != "///limit=1 ml/pod-1/main/container=1 ml/pod-1/main/node=1 ml/pod-1/sidecar/limit=1 ml/pod-1/sidecar/node=2 ml/pod-1/sidecar/parent=1" {
 		t.Errorf("series %s", got)
 	}
 	if err := p.RemoveContainer(context.Background(), pod, guarded); err != nil {
 		t.Fatal(err)
 	}
-	if got := killSeries(t, p.m); got != "///limit=1 ml/pod-1/sidecar/limit=1 ml/pod-1/sidecar/parent=1" {
+	if got := killSeries(t, p.m); got != "///limit=1 ml/pod-1/sidecar/limit=1 ml/pod-1/sidecar/node=2 ml/pod-1/sidecar/parent=1" {
 		t.Errorf("after the container's removal: %s", got)
 	}
 }

@@ -5,6 +5,7 @@
 //	imagepatch plan  [flags] [REF...]   what would happen to every tag
 //	imagepatch apply [flags] [REF...]   do it
 //	imagepatch resolve [flags] IMAGE    print the patched reference, patching on demand
+//	imagepatch webhook [flags]          serve the admission webhook that runs pods on patched images
 //	imagepatch spec                     print the built-in spec
 package main
 
@@ -15,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -24,7 +26,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -90,6 +92,7 @@ func program() *cli.Command {
 			patchCmd("plan", "Show what would happen to every selected tag."),
 			patchCmd("apply", "Patch them and push the results."),
 			resolveCmd,
+			webhookCmd(),
 			{Name: "spec", Help: "Print the built-in spec (the oomguard-init shim).", Run: func(_ context.Context, _ []string, s cli.IO) int {
 				s.Stdout.Write(imagepatch.ShimSpecTOML())
 				return 0

@@ -51,6 +51,17 @@ func (n *Node) Locate(cgroupsPath string, pid int) (*Container, error) {
 // Cgroup is pid's cgroup as this cgroup namespace shows it.
 func (n *Node) Cgroup(pid int) (string, error) { return kernel.ProcCgroup(n.root, n.mode, pid) }
 
+// FirstVictim is the process a global OOM would kill now (kernel.FirstVictim).
+func (n *Node) FirstVictim(skip int) (kernel.Process, int64, bool, error) {
+	return kernel.FirstVictim(n.root, n.mode, skip)
+}
+
+// TotalPages is the kernel's totalpages for a global OOM.
+func (n *Node) TotalPages() (int64, error) {
+	m, err := kernel.ReadMeminfo(n.root)
+	return m.TotalPages(), err
+}
+
 // own is the container cgroup a process's cgroup is in or below: a systemd
 // in a container moves itself into a child (init.scope), and the container
 // is the whole.

@@ -74,6 +74,10 @@ type Kill struct {
 	UID                 int
 	ScoreAdj            int
 	RSSKiB              uint64 // anon + file + shmem
+	PgTablesKiB         uint64
+	// Group is set on a process killed with the victim because its cgroup
+	// (TaskMemcg) has memory.oom.group set: the kernel chose the victim, not it.
+	Group bool
 }
 
 // Global reports whether the whole node ran out of memory.
@@ -84,13 +88,23 @@ var (
 	// The task's name is last but for pid and uid, so a name holding ",pid="
 	// cannot move them.
 	taskRE   = regexp.MustCompile(`,task=(.*),pid=(\d+),uid=(\d+)$`)
+	groupRE  = regexp.MustCompile(`^Tasks in (.*) are going to be killed due to memory\.oom\.group set$`)
 	killedRE = regexp.MustCompile(`^(?:Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): Killed process (\d+) \((.*)\) total-vm:(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB, shmem-rss:(\d+)kB, UID:(\d+) pgtables:(\d+)kB oom_score_adj:(-?\d+)$`)
 )
 
 // Parser assembles kills from records in the order the kernel wrote them.
 type Parser struct {
 	pending *Kill // from the oom-kill line, until its Killed process line
+	last    Kill  // the last kill the kernel chose
+	// group is the cgroup whose every task the kernel kills with last (its
+	// memory.oom.group), until the next oom-kill line or groupWindow.
+	group string
 }
+
+// groupWindow bounds how long after its "Tasks in … are going to be killed"
+// line a Killed process line belongs to that group kill (the kernel kills
+// them at once; a later kill whose oom-kill line was rate-limited is not one).
+const groupWindow = time.Second
 
 // Feed takes the next record; it returns the kill that record completes.
 // Only the kernel's own records count: a process writing /dev/kmsg gets
@@ -99,7 +113,13 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	if r.Priority>>3 != 0 {
 		return Kill{}, false
 	}
+	if m := groupRE.FindStringSubmatch(r.Msg); m != nil && p.last.Pid != 0 {
+		p.group = m[1]
+		p.last.Time = r.Time
+		return Kill{}, false
+	}
 	if m := oomKillRE.FindStringSubmatch(r.Msg); m != nil {
+		p.group = ""
 		k := &Kill{Constraint: m[1]}
 		rest := "," + m[2]
 		if t := taskRE.FindStringSubmatchIndex(rest); t != nil {
@@ -119,19 +139,32 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	}
 	var k Kill
 	pid, _ := strconv.Atoi(m[1])
-	if p.pending != nil && p.pending.Pid == pid {
+	member := p.group != "" && p.pending == nil && r.Time-p.last.Time <= groupWindow
+	switch {
+	case member && pid == p.last.Pid:
+		return Kill{}, false // the victim again, as one of its group
+	case member:
+		k = Kill{Constraint: p.last.Constraint, OOMMemcg: p.last.OOMMemcg, TaskMemcg: p.group, Group: true}
+	case p.pending != nil && p.pending.Pid == pid:
 		k = *p.pending
+	}
+	if !member {
+		p.group = ""
 	}
 	p.pending = nil
 	k.Seq, k.Time, k.Pid, k.Comm = r.Seq, r.Time, pid, m[2]
 	k.UID, _ = strconv.Atoi(m[7])
 	k.ScoreAdj, _ = strconv.Atoi(m[9])
+	k.PgTablesKiB, _ = strconv.ParseUint(m[8], 10, 64)
 	for _, i := range []int{4, 5, 6} {
 		v, _ := strconv.ParseUint(m[i], 10, 64)
 		k.RSSKiB += v
 	}
-	if k.Constraint == "" && strings.HasPrefix(r.Msg, "Memory cgroup out of memory") {
+	if !member && k.Constraint == "" && strings.HasPrefix(r.Msg, "Memory cgroup out of memory") {
 		k.Constraint = "CONSTRAINT_MEMCG"
+	}
+	if !member {
+		p.last = k
 	}
 	return k, true
 }

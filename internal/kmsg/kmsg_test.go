@@ -1,6 +1,7 @@
 package kmsg
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,12 @@ const (
 	memcgKill  = "3,901,1000100,-;Memory cgroup out of memory: Killed process 4242 (python3) total-vm:10000kB, anon-rss:2000kB, file-rss:300kB, shmem-rss:4kB, UID:0 pgtables:80kB oom_score_adj:900"
 	globalLine = "6,902,2000000,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/system.slice/sshd.service,task=sshd,pid=77,uid=0"
 	globalKill = "3,903,2000100,-;Out of memory: Killed process 77 (sshd) total-vm:9000kB, anon-rss:1000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:40kB oom_score_adj:0"
+	groupLine  = "6,903,1000150,-;Tasks in /kubepods/podU/ctr are going to be killed due to memory.oom.group set"
 )
+
+func groupKill(seq, us int, prefix string, pid int, comm string) string {
+	return fmt.Sprintf("3,%d,%d,-;%s: Killed process %d (%s) total-vm:2260kB, anon-rss:4kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:28kB oom_score_adj:-997", seq, us, prefix, pid, comm)
+}
 
 func TestParserKills(t *testing.T) {
 	for _, tc := range []struct {
@@ -41,19 +47,35 @@ func TestParserKills(t *testing.T) {
 		want    []Kill
 	}{
 		{"memcg", []string{memcgLine, "4,9,9,-;some other line", memcgKill}, []Kill{{Seq: 901, Time: 1000100 * time.Microsecond,
-			Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304}}},
+			Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80}}},
 		{"global", []string{globalLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond,
-			Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Pid: 77, Comm: "sshd", RSSKiB: 1000}}},
-		{"killed line alone", []string{globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000}}},
-		{"oom-kill line of another pid", []string{memcgLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000}}},
+			Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
+		{"killed line alone", []string{globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
+		{"oom-kill line of another pid", []string{memcgLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
 		// A task's name is its own: it cannot move the pid, the score or the cgroups.
 		{"name forging fields", []string{
 			"6,1,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a,mems_allowed=0,oom_memcg=/kubepods/podU/ctr,task_memcg=/kubepods/podU/ctr,task=x,pid=1,task_memcg=/system.slice,pid=4242,uid=0",
 			"3,2,2,-;Memory cgroup out of memory: Killed process 4242 (a) oom_score_adj:-1000) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
 		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr",
-			Pid: 4242, Comm: "a) oom_score_adj:-1000", ScoreAdj: 900, RSSKiB: 1}}},
+			Pid: 4242, Comm: "a) oom_score_adj:-1000", ScoreAdj: 900, RSSKiB: 1, PgTablesKiB: 1}}},
 		{"escaped name", []string{strings.Replace(memcgKill, "(python3)", `(\x1b[2Jx)`, 1)}, []Kill{{Seq: 901, Time: 1000100 * time.Microsecond,
-			Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: `\x1b[2Jx`, ScoreAdj: 900, RSSKiB: 2304}}},
+			Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: `\x1b[2Jx`, ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80}}},
+		// memory.oom.group: the kernel kills the rest of the victim's cgroup,
+		// and the victim again, as the 6.1 kernel logged it in the VM.
+		{"group kill", []string{memcgLine, memcgKill, groupLine, groupKill(904, 1000200, "Memory cgroup out of memory", 4200, "init"),
+			groupKill(905, 1500000, "Memory cgroup out of memory", 4242, "python3")}, []Kill{
+			{Seq: 901, Time: 1000100 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80},
+			{Seq: 904, Time: 1000200 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28, Group: true}}},
+		{"global group kill", []string{globalLine, strings.Replace(globalKill, "sshd", "hog", 1), strings.Replace(groupLine, "1000150", "2000150", 1),
+			groupKill(904, 2000200, "Memory cgroup out of memory", 4200, "init")}, []Kill{
+			{Seq: 903, Time: 2000100 * time.Microsecond, Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Pid: 77, Comm: "hog", RSSKiB: 1000, PgTablesKiB: 40},
+			{Seq: 904, Time: 2000200 * time.Microsecond, Constraint: "CONSTRAINT_NONE", TaskMemcg: "/kubepods/podU/ctr", Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28, Group: true}}},
+		// Past the window, a kill without its oom-kill line (rate-limited) is its own.
+		{"after the group", []string{memcgLine, memcgKill, groupLine, groupKill(904, 3000000, "Memory cgroup out of memory", 4242, "python3")}, []Kill{
+			{Seq: 901, Time: 1000100 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80},
+			{Seq: 904, Time: 3000000 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: "python3", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28}}},
+		{"a group line alone", []string{groupLine, groupKill(904, 1000200, "Out of memory", 4200, "init")}, []Kill{
+			{Seq: 904, Time: 1000200 * time.Microsecond, Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28}}},
 		// A process writing /dev/kmsg gets the user facility (1): never a kill.
 		{"forged by a process", []string{"14,5,5,-;" + strings.SplitN(globalKill, ";", 2)[1]}, nil},
 		{"not the OOM killer", []string{"3,1,1,-;Killed process 1 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0"}, nil},
@@ -87,7 +109,7 @@ func TestGlobal(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{memcgLine, memcgKill, globalLine, globalKill, "6,1;x", ""} {
+	for _, s := range []string{memcgLine, memcgKill, globalLine, globalKill, groupLine, "6,1;x", ""} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -1,7 +1,7 @@
 // Package release builds oomguard's release image, as `make image` runs it
 // (cmd/mkimage): a multi-platform OCI image index (linux/amd64, linux/arm64)
-// whose images are the static oomguard-nri, oomguard-doctor and
-// oomguard-hook as one layer on nothing, with fixed times, so the same commit
+// whose images are the static oomguard-nri, oomguard-doctor, oomguard-hook
+// and imagepatch (its webhook) as one layer on nothing, with fixed times, so the same commit
 // gives the same digest; written as an OCI image layout, pushed on request.
 package release
 
@@ -27,7 +27,7 @@ import (
 
 // Programs are the binaries the image holds, in /usr/local/bin; the first is
 // its entrypoint.
-var Programs = []string{"oomguard-nri", "oomguard-doctor", "oomguard-hook"}
+var Programs = []string{"oomguard-nri", "oomguard-doctor", "oomguard-hook", "imagepatch"}
 
 // Arches are the platforms the index holds, all linux.
 var Arches = []string{"amd64", "arm64"}

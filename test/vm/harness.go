@@ -28,17 +28,17 @@ import (
 func Scenarios() []Scenario {
 	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), killOrderScenario(), consoleScenario(), criLifecycle(),
 		kubeScenario("kubelet-containerd", Containerd2,
-			Variant{Name: "without", Check: unguarded},
+			Variant{Name: "report-only", Setup: reportOnlySetup(Containerd2), Check: reportOnly},
 			Variant{Name: "with-nri", Check: guarded}),
 		kubeScenario("kubelet-crio", CRIO,
-			Variant{Name: "without", Check: unguarded},
+			Variant{Name: "report-only", Setup: reportOnlySetup(CRIO), Check: reportOnly},
 			Variant{Name: "with-nri", Check: guarded},
 			Variant{Name: "with-hook", Check: hookGuarded}),
 		// containerd 1.7.35 through the API server in the cluster scenario;
 		// here 1.7.25, NRI 0.6, the oldest the plugin supports.
 		kubeScenario("kubelet-containerd-1.7", Containerd17,
 			// The verifier off (60 s): only the exec watcher sets an exec'd process.
-			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s"), Check: execWatched}),
+			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s", true), Check: execWatched}),
 		clusterScenario(),
 	}
 }

@@ -1,0 +1,369 @@
+//go:build e2e
+
+package admission
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/registrytest"
+	"github.com/oomguard/oomguard/test/testbin"
+	"github.com/oomguard/oomguard/test/tlstest"
+)
+
+// TestE2EWebhook: the webhook through a real kube-apiserver (and its
+// controller manager, which makes a Deployment's pods) and Debian's
+// registry. A Deployment on an old tag gets its pods on the patched image,
+// by digest, the original annotated; the next pod costs no registry write;
+// a command gets the shim in front; an image by digest and a multi-arch
+// index map to their patched digest and index; the webhook down, pods are
+// created unchanged; two replicas patching one source at once push one tag,
+// one digest. The burst of pods through the API server with the webhook
+// against without is noted.
+func TestE2EWebhook(t *testing.T) {
+	repo, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := os.Getenv("OOMGUARD_KUBE_BIN")
+	if kube == "" {
+		kube = filepath.Join(repo, "build", "components", "kubernetes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	reg, err := registrytest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	bin, err := testbin.Program(t.TempDir(), "imagepatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The images: an old base by tag, a multi-arch index, one known by digest only.
+	base := func(cmd ...string) v1.Image {
+		img, _ := random.Image(512, 2)
+		cf, _ := img.ConfigFile()
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture, cf.Config.Cmd = "linux", "amd64", cmd
+		img, _ = mutate.ConfigFile(img, cf)
+		return img
+	}
+	ref := func(s string) string { return reg.Host + "/base/" + s }
+	push := func(r string, img v1.Image) v1.Hash {
+		tag, err := name.NewTag(ref(r), name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(tag, img); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := img.Digest()
+		return d
+	}
+	push("ubuntu:20.04", base("/sbin/init"))
+	pinned := push("pinned:gone", base("/sbin/init"))
+	arm := base("/sbin/init")
+	cf, _ := arm.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.Architecture = "arm64"
+	arm, _ = mutate.ConfigFile(arm, cf)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: base("/sbin/init"), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	idxTag, _ := name.NewTag(ref("multi:v1"), name.Insecure)
+	if err := remote.WriteIndex(idxTag, idx); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	caPEM, certFile, keyFile, err := tlstest.ServingCert(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(port int) *exec.Cmd {
+		cmd := exec.Command(bin, "webhook", "--insecure", "--images", reg.Host+"/base/*", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+			"--metrics-address", "", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--skip-namespaces", "oomguard")
+		var log bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("webhook on %d:\n%s", port, log.String())
+			}
+		})
+		waitTLS(t, port)
+		return cmd
+	}
+	port, _ := controlplane.FreePort()
+	webhook := start(port)
+
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		var in []byte
+		if stdin != "" {
+			in = []byte(stdin)
+		}
+		out, err := cp.Kubectl(ctx, in, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, cp.Logs(10))
+		}
+		return string(out)
+	}
+	kubectl(fmt.Sprintf(webhookConfig, port, base64.StdEncoding.EncodeToString(caPEM)), "apply", "-f", "-")
+	kubectl(namespaces, "apply", "-f", "-")
+	waitFor(t, "the default service accounts", func() bool {
+		out, err := cp.Kubectl(ctx, nil, "-n", "ml", "get", "serviceaccount", "default", "-o", "name")
+		out2, err2 := cp.Kubectl(ctx, nil, "-n", "plain", "get", "serviceaccount", "default", "-o", "name")
+		return err == nil && err2 == nil && len(out) > 0 && len(out2) > 0
+	})
+
+	// A Deployment on the old tag: its pod runs the patched image by digest.
+	kubectl(fmt.Sprintf(deployment, ref("ubuntu:20.04")), "apply", "-f", "-")
+	var podImage, annotation string
+	waitFor(t, "the Deployment's pod", func() bool {
+		out, err := cp.Kubectl(ctx, nil, "-n", "ml", "get", "pods", "-l", "app=web", "-o",
+			`jsonpath={.items[0].spec.containers[0].image} {.items[0].metadata.annotations.oomguard\.io/original-images}`)
+		podImage, annotation, _ = strings.Cut(strings.TrimSpace(string(out)), " ")
+		return err == nil && podImage != ""
+	})
+	patched, err := name.NewDigest(podImage, name.Insecure)
+	if err != nil || patched.Context().Name() != ref("ubuntu") {
+		t.Fatalf("the Deployment's pod runs %q, want %s pinned by digest", podImage, ref("ubuntu"))
+	}
+	if annotation != `{"main":"`+ref("ubuntu:20.04")+`"}` {
+		t.Fatalf("original-images annotation %q", annotation)
+	}
+	dst, _ := name.NewTag(ref("ubuntu:20.04-oomguard-init.3"), name.Insecure)
+	if d, err := remote.Head(dst); err != nil || d.Digest.String() != patched.DigestStr() {
+		t.Fatalf("the patched tag %s: %v %v, want %s", dst, d, err, patched.DigestStr())
+	}
+	img, err := remote.Image(patched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcf, _ := img.ConfigFile()
+	if !slices.Equal(pcf.Config.Entrypoint, []string{"/.oomguard/oomguard-init", "--"}) || pcf.Config.Labels[imagepatch.LabelBaseName] != ref("ubuntu:20.04") {
+		t.Fatalf("the patched image: entrypoint %q, labels %v", pcf.Config.Entrypoint, pcf.Config.Labels)
+	}
+
+	// A second pod: from the cache, no registry write.
+	reg.Reset()
+	kubectl("", "-n", "ml", "scale", "deployment", "web", "--replicas=2")
+	waitFor(t, "the second pod", func() bool {
+		out, _ := cp.Kubectl(ctx, nil, "-n", "ml", "get", "pods", "-l", "app=web", "-o", `jsonpath={.items[*].spec.containers[0].image}`)
+		f := strings.Fields(string(out))
+		return len(f) == 2 && f[0] == podImage && f[1] == podImage
+	})
+	if n := reg.Count("PUT", "") + reg.Count("POST", "") + reg.Count("PATCH", ""); n != 0 {
+		t.Fatalf("the second pod wrote to the registry %d times: %v", n, reg.Requests())
+	}
+
+	// A command: the shim in front. By digest; a multi-arch index.
+	podSpec := func(name, image, command string) string {
+		return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"ml"},"spec":{"containers":[{"name":"main","image":%q%s}]}}`, name, image, command)
+	}
+	getPod := func(ns, name, path string) string {
+		return strings.TrimSpace(kubectl("", "-n", ns, "get", "pod", name, "-o", "jsonpath="+path))
+	}
+	kubectl(podSpec("cmd", ref("ubuntu:20.04"), `,"command":["/bin/sh","-c","exec sleep 1d"]`), "create", "-f", "-")
+	if got := getPod("ml", "cmd", "{.spec.containers[0].command}"); got != `["/.oomguard/oomguard-init","--","/bin/sh","-c","exec sleep 1d"]` {
+		t.Fatalf("a pod's command: %s, want the shim in front", got)
+	}
+	kubectl(podSpec("pinned", ref("pinned@"+pinned.String()), ""), "create", "-f", "-")
+	pd := getPod("ml", "pinned", "{.spec.containers[0].image}")
+	if !strings.HasPrefix(pd, ref("pinned@sha256:")) || pd == ref("pinned@"+pinned.String()) {
+		t.Fatalf("a pod by digest runs %s, want the patched digest", pd)
+	}
+	kubectl(podSpec("multi", ref("multi:v1"), ""), "create", "-f", "-")
+	md, err := name.NewDigest(getPod("ml", "multi", "{.spec.containers[0].image}"), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc, err := remote.Get(md); err != nil || !desc.MediaType.IsIndex() {
+		t.Fatalf("the multi-arch pod runs %s: %v, want the patched index", md, err)
+	}
+	// Left alone: a namespace not opted in, kube-system.
+	kubectl(strings.Replace(podSpec("plain", ref("ubuntu:20.04"), ""), `"namespace":"ml"`, `"namespace":"plain"`, 1), "create", "-f", "-")
+	if got := getPod("plain", "plain", "{.spec.containers[0].image}"); got != ref("ubuntu:20.04") {
+		t.Fatalf("a namespace not opted in: %s", got)
+	}
+
+	// Two replicas patching one source at once: one tag, one digest.
+	push("fresh:v1", base("/sbin/init"))
+	port2, _ := controlplane.FreePort()
+	start(port2)
+	body := reviewOf(t, "ml", "CREATE", "", podSpec("x", ref("fresh:v1"), ""), "")
+	var wg sync.WaitGroup
+	answers := make([]string, 2)
+	for i, p := range []int{port, port2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = postReview(t, caPEM, p, body)
+		}()
+	}
+	wg.Wait()
+	if answers[0] == "" || answers[0] != answers[1] {
+		t.Fatalf("two replicas answered:\n%s\n%s", answers[0], answers[1])
+	}
+	fresh, _ := name.NewTag(ref("fresh:v1-oomguard-init.3"), name.Insecure)
+	if d, err := remote.Head(fresh); err != nil || !strings.Contains(answers[0], d.Digest.String()) {
+		t.Fatalf("the tag %s: %v %v; the replicas answered %s", fresh, d, err, answers[0])
+	}
+
+	// The burst: 200 pods through the API server into the opted-in
+	// namespace (each reviewed, from the cache) and into the other.
+	burst := func(ns string) time.Duration {
+		var b strings.Builder
+		for i := range 200 {
+			fmt.Fprintf(&b, "%s\n---\n", strings.Replace(podSpec(fmt.Sprintf("burst-%d", i), ref("ubuntu:20.04"), ""), `"namespace":"ml"`, `"namespace":"`+ns+`"`, 1))
+		}
+		t0 := time.Now()
+		kubectl(b.String(), "create", "-f", "-")
+		return time.Since(t0)
+	}
+	without := burst("plain")
+	with := burst("ml")
+	t.Logf("200 pods through the API server: %s with the webhook, %s without: %.2f× (goal ≤ 1.1×)", with.Round(time.Millisecond), without.Round(time.Millisecond), float64(with)/float64(without))
+	if got := getPod("ml", "burst-199", "{.spec.containers[0].image}"); got != podImage {
+		t.Fatalf("burst-199 runs %s, want %s", got, podImage)
+	}
+
+	// The chart's webhook, as the API server validates it (it has no node to run it).
+	helm := filepath.Join(repo, "build", "components", "helm", "helm")
+	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
+		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+reg.Host+"/base/*}", "--set", "imagepatchWebhook.registryCredentialsSecret=regcred",
+		"--show-only", "templates/imagepatch-webhook.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	kubectl(string(rendered), "apply", "--dry-run=server", "-f", "-")
+
+	// The webhook down: pods are created unchanged.
+	webhook.Process.Kill()
+	webhook.Wait()
+	kubectl(podSpec("down", ref("ubuntu:20.04"), ""), "create", "-f", "-")
+	if got := getPod("ml", "down", "{.spec.containers[0].image}"); got != ref("ubuntu:20.04") {
+		t.Fatalf("with the webhook down the pod runs %s, want it unchanged", got)
+	}
+}
+
+const namespaces = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: ml
+  labels: {oomguard.io/patch-images: enabled}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: plain
+`
+
+const deployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: ml}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: main, image: %s}]
+`
+
+// webhookConfig is the chart's MutatingWebhookConfiguration, by URL.
+const webhookConfig = `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: oomguard-imagepatch}
+webhooks:
+- name: images.oomguard.io
+  admissionReviewVersions: [v1]
+  clientConfig: {url: "https://127.0.0.1:%d/mutate", caBundle: %s}
+  rules:
+  - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods], scope: Namespaced}
+  - {apiGroups: [""], apiVersions: [v1], operations: [UPDATE], resources: [pods/ephemeralcontainers], scope: Namespaced}
+  namespaceSelector:
+    matchExpressions:
+    - {key: oomguard.io/patch-images, operator: In, values: [enabled]}
+    - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}
+  failurePolicy: Ignore
+  sideEffects: NoneOnDryRun
+  timeoutSeconds: 10
+  reinvocationPolicy: IfNeeded
+`
+
+func waitTLS(t *testing.T, port int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("the webhook on %d", port), func() bool {
+		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+func postReview(t *testing.T, caPEM []byte, port int, body []byte) string {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Post(fmt.Sprintf("https://127.0.0.1:%d/mutate", port), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	defer resp.Body.Close()
+	var rv review
+	if err := json.NewDecoder(resp.Body).Decode(&rv); err != nil || rv.Response == nil {
+		t.Errorf("review: %v", err)
+		return ""
+	}
+	return string(rv.Response.Patch)
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 2m for %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

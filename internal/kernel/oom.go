@@ -1,0 +1,84 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// PageKB is the page size in kB.
+var PageKB = int64(os.Getpagesize() / 1024)
+
+// Meminfo is what the OOM arithmetic needs from /proc/meminfo, in kB.
+type Meminfo struct {
+	TotalKB, SwapKB, AvailableKB int64
+}
+
+// TotalPages is the kernel's totalpages for a global OOM: RAM and swap.
+func (m Meminfo) TotalPages() int64 { return (m.TotalKB + m.SwapKB) / PageKB }
+
+// ReadMeminfo reads /proc/meminfo.
+func ReadMeminfo(root string) (Meminfo, error) {
+	var m Meminfo
+	name := filepath.Join(root, "proc", "meminfo")
+	b, err := ReadFile(name, MaxSmall)
+	if err != nil {
+		return m, err
+	}
+	m.TotalKB = StatusKB(b, "MemTotal:")
+	m.SwapKB = StatusKB(b, "SwapTotal:")
+	m.AvailableKB = StatusKB(b, "MemAvailable:")
+	if m.TotalKB <= 0 {
+		return m, fmt.Errorf("%s has no MemTotal", name)
+	}
+	return m, nil
+}
+
+// Badness is the kernel's oom_badness (mm/oom_kill.c) in pages: what a
+// process holds (resident, swapped, page tables) plus its oom_score_adj in
+// thousandths of totalpages. The kernel kills the highest first.
+func Badness(memKB int64, adj int, totalPages int64) int64 {
+	if adj == OOMScoreAdjMin {
+		return math.MinInt64
+	}
+	return memKB/PageKB + int64(adj)*(totalPages/1000)
+}
+
+// Killable reports whether a global OOM may choose p: not a kernel thread,
+// not init, not at -1000.
+func Killable(p *Process) bool {
+	return !p.Kernel && p.OOMScoreAdj > OOMScoreAdjMin && p.Pid != 1
+}
+
+// maxRankScan bounds the processes FirstVictim reads.
+const maxRankScan = 1 << 16
+
+// FirstVictim is the process a global OOM would kill now by Badness, and
+// its badness; skip is left out (the victim just killed, still exiting).
+// ok is false when no process is killable.
+func FirstVictim(root string, mode Mode, skip int) (first Process, badness int64, ok bool, err error) {
+	mem, err := ReadMeminfo(root)
+	if err != nil {
+		return first, 0, false, err
+	}
+	pids, err := ListPids(root)
+	if err != nil {
+		return first, 0, false, err
+	}
+	total := mem.TotalPages()
+	r := NewProcReader(root, mode)
+	for _, pid := range pids[:min(len(pids), maxRankScan)] {
+		if pid == skip {
+			continue
+		}
+		p, err := r.Read(pid)
+		if err != nil || !Killable(&p) {
+			continue
+		}
+		if b := Badness(p.MemKB, p.OOMScoreAdj, total); !ok || b > badness {
+			first, badness, ok = p, b, true
+		}
+	}
+	return first, badness, ok, nil
+}

@@ -1,0 +1,67 @@
+package kernel
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestMeminfo(t *testing.T) {
+	root := tree(t, map[string]string{"proc/meminfo": "MemTotal:       16384000 kB\nMemFree: 100 kB\nMemAvailable:    8192000 kB\nSwapTotal:       1024 kB\nSwapFree: 0 kB\n"})
+	m, err := ReadMeminfo(root)
+	if err != nil || m.TotalKB != 16384000 || m.AvailableKB != 8192000 || m.SwapKB != 1024 || m.TotalPages() != (16384000+1024)/PageKB {
+		t.Fatalf("%+v %v", m, err)
+	}
+	if _, err := ReadMeminfo(t.TempDir()); err == nil {
+		t.Fatal("no meminfo must be an error")
+	}
+}
+
+// proc is one fake process for FirstVictim's tables.
+type proc struct {
+	pid, adj int
+	comm     string
+	rssKB    int
+	kernel   bool
+}
+
+func procTree(t *testing.T, ps ...proc) string {
+	files := map[string]string{"proc/meminfo": "MemTotal: 4096000 kB\nMemAvailable: 100 kB\nSwapTotal: 0 kB\n"}
+	for _, p := range ps {
+		d := fmt.Sprintf("proc/%d/", p.pid)
+		flags := 4194560
+		if p.kernel {
+			flags = 2129984
+		}
+		files[d+"stat"] = fmt.Sprintf("%d (%s) S 1 1 1 0 -1 %d 0 0\n", p.pid, p.comm, flags)
+		files[d+"cmdline"] = p.comm + "\x00"
+		files[d+"status"] = fmt.Sprintf("Name:\t%s\nVmRSS:\t%d kB\nVmPTE:\t0 kB\nVmSwap:\t0 kB\n", p.comm, p.rssKB)
+		files[d+"oom_score_adj"] = fmt.Sprint(p.adj)
+		files[d+"cgroup"] = "0::/\n"
+	}
+	return tree(t, files)
+}
+
+func TestFirstVictim(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		procs []proc
+		skip  int
+		want  string // "" for none
+	}{
+		{"the biggest at equal scores", []proc{{2, 0, "small", 1000, false}, {3, 0, "big", 9000, false}}, 0, "big"},
+		{"a score outweighs memory", []proc{{2, 0, "sshd", 900000, false}, {3, 900, "app", 1000, false}}, 0, "app"},
+		{"-997 under a daemon", []proc{{2, 0, "sshd", 9000, false}, {3, -997, "hog", 3000000, false}}, 0, "sshd"},
+		{"never -1000, init or a kernel thread", []proc{{1, 1000, "init", 9000, false}, {2, -1000, "x", 9000, false}, {4, 1000, "kthreadd", 0, true}}, 0, ""},
+		{"the victim skipped", []proc{{2, 0, "sshd", 9000, false}, {3, 1000, "hog", 1000, false}}, 3, "sshd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _, ok, err := FirstVictim(procTree(t, tc.procs...), ModeV2, tc.skip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := map[bool]string{true: p.Comm}[ok]; got != tc.want {
+				t.Fatalf("first victim %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -89,6 +89,7 @@ pod_log vm
 add_pod filler
 wait_pod filler exited
 check_daemons ` + "sshd systemd-networkd rpcbind agetty" + `
+ip link set lo up 2>/dev/null || ifconfig lo up 2>/dev/null # a boot without a cluster has no network
 wget -qO- http://127.0.0.1:9464/metrics 2>/dev/null | grep '^oomguard_node_' | sed 's/^/@@METRIC /'
 report
 `

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -35,10 +34,10 @@ import (
 
 // counter records every request that reaches the registry.
 type counter struct {
-	mu    sync.Mutex
-	reqs  []string // "METHOD path?query"
-	next  http.RoundTripper
-	delay time.Duration // before each request: a slow registry
+	mu   sync.Mutex
+	reqs []string // "METHOD path?query"
+	next http.RoundTripper
+	held chan struct{} // when set, each request waits until it is closed
 }
 
 // shimSuffix ends the tags the built-in spec's results get by default.
@@ -47,13 +46,22 @@ var shimSuffix = "oomguard-init." + ShimSpec().Version
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
 	c.reqs = append(c.reqs, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-	delay := c.delay
+	held := c.held
 	c.mu.Unlock()
-	time.Sleep(delay)
+	if held != nil {
+		<-held
+	}
 	return c.next.RoundTrip(r)
 }
 
-func (c *counter) slow(d time.Duration) { c.mu.Lock(); c.delay = d; c.mu.Unlock() }
+// hold makes every request wait until the returned function is called.
+func (c *counter) hold() (release func()) {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.held = ch
+	c.mu.Unlock()
+	return func() { c.mu.Lock(); c.held = nil; c.mu.Unlock(); close(ch) }
+}
 
 func (c *counter) all() []string { c.mu.Lock(); defer c.mu.Unlock(); return slices.Clone(c.reqs) }
 

@@ -52,11 +52,15 @@ type Resolver struct {
 	Finished func(Resolution, time.Duration)
 
 	mu       sync.Mutex
-	tags     map[string]pinned     // tag → digest, when looked up
-	patched  map[string]string     // source repo@digest → patched repo@digest
-	failed   map[string]Resolution // source repo@digest → why, until FailedTTL
-	failedAt map[string]time.Time
+	tags     map[string]pinned  // tag → digest, when looked up
+	patched  map[string]string  // source repo@digest → patched repo@digest
+	failed   map[string]failure // source repo@digest → why, until FailedTTL
 	inflight map[string]*flight
+}
+
+type failure struct {
+	res Resolution
+	at  time.Time
 }
 
 type pinned struct {
@@ -76,8 +80,7 @@ const maxCached = 10000
 // NewResolver makes a Resolver over p.
 func NewResolver(p *Patcher) *Resolver {
 	return &Resolver{p: p, TagTTL: time.Minute, FailedTTL: 5 * time.Minute, PatchTimeout: 10 * time.Minute,
-		tags: map[string]pinned{}, patched: map[string]string{}, failed: map[string]Resolution{}, failedAt: map[string]time.Time{},
-		inflight: map[string]*flight{}}
+		tags: map[string]pinned{}, patched: map[string]string{}, failed: map[string]failure{}, inflight: map[string]*flight{}}
 }
 
 // Cached answers from the cache only, with no registry call at all when
@@ -119,10 +122,10 @@ func (r *Resolver) Resolve(ctx context.Context, ref name.Reference) Resolution {
 		res.Patched, res.State = d, StateCached
 		return res
 	}
-	if f, ok := r.failed[key]; ok && time.Since(r.failedAt[key]) < r.FailedTTL {
+	if f, ok := r.failed[key]; ok && time.Since(f.at) < r.FailedTTL {
 		r.mu.Unlock()
-		f.Source = res.Source
-		return f
+		f.res.Source = res.Source
+		return f.res
 	}
 	f, ok := r.inflight[key]
 	if !ok {
@@ -196,9 +199,8 @@ func (r *Resolver) patch(key string, src name.Digest, as name.Tag, f *flight) {
 	case StateFailed, StateSkipped:
 		if len(r.failed) >= maxCached {
 			clear(r.failed)
-			clear(r.failedAt)
 		}
-		r.failed[key], r.failedAt[key] = out, time.Now()
+		r.failed[key] = failure{out, time.Now()}
 	}
 	delete(r.inflight, key)
 	r.mu.Unlock()

@@ -98,14 +98,14 @@ func TestResolverDeadline(t *testing.T) {
 	if _, _, err := res.pin(context.Background(), src); err != nil { // the tag looked up: the patch is what is slow
 		t.Fatal(err)
 	}
-	r.c.slow(200 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	release := r.c.hold()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if p := res.Resolve(ctx, src); p.State != StatePending {
 		t.Fatalf("%+v, want pending", p)
 	}
+	release()
 	fin := <-done
-	r.c.slow(0)
 	if c := res.Resolve(context.Background(), src); c.State != StateCached || c.Patched != fin.Patched {
 		t.Fatalf("after the background patch: %+v, want %s", c, fin.Patched)
 	}

@@ -86,7 +86,6 @@ type request struct {
 	Kind        groupKind       `json:"kind"`
 	SubResource string          `json:"subResource"`
 	Namespace   string          `json:"namespace"`
-	Name        string          `json:"name"`
 	Operation   string          `json:"operation"`
 	DryRun      bool            `json:"dryRun"`
 	Object      json.RawMessage `json:"object"`

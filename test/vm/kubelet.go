@@ -361,9 +361,7 @@ func podResult(r *Run, name string) map[string]string {
 	return last
 }
 
-func unguarded(r *Run) error { return kubeIncidents(r, "") }
-
-// reportOnly: as unguarded, the plugin running with no rule: every node
+// reportOnly: kubelet's values stand (the plugin runs with no rule): every node
 // daemon the kernel killed is reported as one (its log line and counter),
 // and each global OOM's victim is the one the doctor's model ranks first.
 func reportOnly(r *Run) error {
@@ -487,11 +485,8 @@ func PodStartTable(starts map[string][]time.Duration) string {
 	b.WriteString("pod start through kubelet (manifest to container running), median of each boot's pods:\n")
 	for _, key := range slices.Sorted(maps.Keys(starts)) {
 		scenario, variant, _ := strings.Cut(key, "/")
-		// The baseline: no oomguard, or its plugin with no rule (reporting kills only).
-		baseline := "without"
-		if _, ok := starts[scenario+"/without"]; !ok {
-			baseline = "report-only"
-		}
+		// The baseline: the plugin with no rule, reporting kills only.
+		const baseline = "report-only"
 		base := starts[scenario+"/"+baseline]
 		if variant == baseline || len(base) == 0 || len(starts[key]) == 0 {
 			continue

@@ -1,17 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -23,7 +16,7 @@ import (
 
 	"github.com/oomguard/oomguard/test/controlplane"
 	"github.com/oomguard/oomguard/test/registrytest"
-	"github.com/oomguard/oomguard/test/tlstest"
+	"github.com/oomguard/oomguard/test/webhooktest"
 )
 
 func init() { sections = append(sections, section{"webhook", benchWebhook}) }
@@ -52,34 +45,14 @@ func benchWebhook(int) (bool, error) {
 		return false, err
 	}
 	defer reg.Stop()
-	caPEM, cert, key, err := tlstest.ServingCert(dir)
+	wh, err := webhooktest.Start(bin, dir, "--insecure", "--images", reg.Host+"/bench/*", "--deadline", "60s")
 	if err != nil {
 		return false, err
 	}
-	port, err := controlplane.FreePort()
-	if err != nil {
-		return false, err
-	}
-	wh := exec.Command(bin, "webhook", "--insecure", "--images", reg.Host+"/bench/*", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--metrics-address", "", "--tls-cert-file", cert, "--tls-key-file", key, "--deadline", "60s")
-	var log bytes.Buffer
-	wh.Stderr = &log
-	if err := wh.Start(); err != nil {
-		return false, err
-	}
-	defer func() { wh.Process.Kill(); wh.Wait() }()
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	url := fmt.Sprintf("https://127.0.0.1:%d/mutate", port)
+	defer wh.Stop()
 	review := func(image string) (string, error) {
 		body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"ml","object":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"main","image":%q}]}}}}`, image)
-		resp, err := client.Post(url, "application/json", strings.NewReader(body))
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
+		b, err := wh.Review(context.Background(), []byte(body))
 		var rv struct {
 			Response struct{ Patch []byte } `json:"response"`
 		}
@@ -88,14 +61,6 @@ func benchWebhook(int) (bool, error) {
 		}
 		return string(rv.Response.Patch), err
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := review("x"); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			return false, fmt.Errorf("the webhook did not answer: %v\n%s", err, log.String())
-		}
-	}
-
 	// Patch on demand: each a fresh image, the first pod on it.
 	var onDemand []time.Duration
 	for i := range images {
@@ -120,7 +85,7 @@ func benchWebhook(int) (bool, error) {
 		patch, err := review(tag.String())
 		onDemand = append(onDemand, time.Since(start))
 		if err != nil || !strings.Contains(patch, "@sha256:") {
-			return false, fmt.Errorf("patch on demand of %s: %q %v\n%s", tag, patch, err, log.String())
+			return false, fmt.Errorf("patch on demand of %s: %q %v\n%s", tag, patch, err, wh.Log())
 		}
 	}
 	// The warm cache: the same image again and again.
@@ -143,7 +108,7 @@ func benchWebhook(int) (bool, error) {
 		fmt.Println("  the burst through the API server: left to the e2e tier in a smoke run (TestE2EWebhook)")
 		return true, nil
 	}
-	with, without, reviewed, err := podBurst(dir, port, caPEM, warm, pods)
+	with, without, reviewed, err := podBurst(dir, wh, warm, pods)
 	if err != nil {
 		return false, err
 	}
@@ -157,7 +122,7 @@ func benchWebhook(int) (bool, error) {
 
 // podBurst creates pods through a real API server into a namespace the
 // webhook reviews and into one it does not; the second run of each counts.
-func podBurst(dir string, port int, caPEM []byte, image string, n int) (with, without, reviewed time.Duration, err error) {
+func podBurst(dir string, wh *webhooktest.Webhook, image string, n int) (with, without, reviewed time.Duration, err error) {
 	repo, err := filepath.Abs(".")
 	if err != nil {
 		return 0, 0, 0, err
@@ -169,27 +134,7 @@ func podBurst(dir string, port int, caPEM []byte, image string, n int) (with, wi
 		return 0, 0, 0, err
 	}
 	defer cp.Stop()
-	cfg := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: bench}
-webhooks:
-- name: images.oomguard.io
-  admissionReviewVersions: [v1]
-  clientConfig: {url: "https://127.0.0.1:%d/mutate", caBundle: %s}
-  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
-  namespaceSelector: {matchLabels: {oomguard.io/patch-images: enabled}}
-  failurePolicy: Ignore
-  sideEffects: NoneOnDryRun
-  timeoutSeconds: 10
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: ml, labels: {oomguard.io/patch-images: enabled}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: plain}
-`, port, base64.StdEncoding.EncodeToString(caPEM))
+	cfg := wh.Config("bench") + "---\n" + webhooktest.Namespace("ml", true) + "---\n" + webhooktest.Namespace("plain", false)
 	if _, err := cp.Kubectl(ctx, []byte(cfg), "apply", "-f", "-"); err != nil {
 		return 0, 0, 0, err
 	}

@@ -4,6 +4,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,6 +44,8 @@ type Config struct {
 
 	// Missing is set by Find when no file exists at DefaultPath and these are the defaults.
 	Missing bool `toml:"-"`
+	// Hash names the text it was parsed from (Hash); "none" for the defaults.
+	Hash string `toml:"-"`
 
 	policy *policy.Policy // Rules and Annotations, compiled by Validate
 }
@@ -72,6 +76,8 @@ var defaultDaemons = []string{
 	"systemd", "systemd-networkd", "systemd-resolved", "systemd-journald", "systemd-logind", "systemd-udevd",
 	"dbus-daemon", "dbus-broker", "chronyd", "ntpd", "rpcbind", "rpc.mountd", "agetty", "NetworkManager",
 	"rngd", "amazon-ssm-agent", "node_exporter",
+	// GPU nodes': the driver's state, NVLink's fabric, DCGM and its exporter.
+	"nvidia-persistenced", "nv-fabricmanager", "nv-hostengine", "dcgm-exporter",
 }
 
 // Containment says where containers live: oomguard writes only inside one
@@ -105,7 +111,10 @@ type NRI struct {
 	PluginIndex string `toml:"plugin_index"`
 	// VerifyInterval is how often guarded containers are re-read and corrected; 0 disables.
 	VerifyInterval Duration `toml:"verify_interval"`
-	// MetricsAddress serves /metrics and /healthz when set, e.g. "127.0.0.1:9464".
+	// ReloadInterval is how often the configuration file is read again and,
+	// changed, put in force if it validates; 0 disables.
+	ReloadInterval Duration `toml:"reload_interval"`
+	// MetricsAddress serves /metrics and /healthz when set, e.g. "127.0.0.1:9741".
 	MetricsAddress string `toml:"metrics_address"`
 	// LogFile is where the plugin logs when the runtime launched it, since
 	// containerd and CRI-O discard a launched plugin's output: a path,
@@ -139,10 +148,12 @@ func Default() *Config {
 			PluginName:     "oomguard",
 			PluginIndex:    "10",
 			VerifyInterval: Duration{60 * time.Second},
+			ReloadInterval: Duration{10 * time.Second},
 			LogFile:        "syslog",
 		},
 		Doctor:      Doctor{Daemons: slices.Clone(defaultDaemons), DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
 		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},
+		Hash:        "none",
 	}
 	c.policy, _ = policy.New(nil, c.Annotations) // no rules: nothing to fail
 	return c
@@ -240,7 +251,15 @@ func Parse(data []byte) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c.Hash = Hash(data)
 	return c, nil
+}
+
+// Hash names a configuration's text in logs and metrics: the first 12 hex
+// digits of its SHA-256, as sha256sum prints them for the file.
+func Hash(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:6])
 }
 
 // Validate checks every value and compiles the rules' patterns. It reports
@@ -269,6 +288,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.NRI.VerifyInterval.Duration; d != 0 && d < time.Second {
 		add("nri.verify_interval %s: want 0 (off) or at least 1s", c.NRI.VerifyInterval)
+	}
+	if d := c.NRI.ReloadInterval.Duration; d < 0 || (d != 0 && d < 100*time.Millisecond) {
+		add("nri.reload_interval %s: want 0 (off) or at least 100ms", c.NRI.ReloadInterval)
 	}
 	if !pluginIndex.MatchString(c.NRI.PluginIndex) {
 		add("nri.plugin_index %q: want two digits, 00 to 99 (NRI orders plugins by it)", c.NRI.PluginIndex)

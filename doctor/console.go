@@ -79,7 +79,7 @@ func (n *node) checkConsole() Finding {
 		}
 	}
 	secs := float64(tasks*charsPerTask) / (float64(baud) / 10)
-	f.Metric = &metric{Name: "oomguard_doctor_console_dump_seconds", Value: secs, Help: "Seconds one OOM task dump holds the serial console."}
+	f.Metric = &metric{Name: "oomguard_doctor_console_dump_seconds", Value: secs, Help: consoleDumpHelp}
 	detail := fmt.Sprintf("%d tasks × %d characters on %s at %d baud (console_loglevel %d)", tasks, charsPerTask, serial.Name, baud, level)
 	if level <= 6 {
 		f.Metric.Value = 0

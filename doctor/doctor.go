@@ -6,10 +6,15 @@ package doctor
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/version"
 )
 
 // Severity orders findings; the worst one sets the exit status.
@@ -58,11 +63,19 @@ type metric struct {
 	Help  string  `json:"-"`
 }
 
+// SchemaVersion is the JSON report's: raised when a field changes meaning
+// or goes; new fields do not raise it.
+const SchemaVersion = 1
+
 // Report is one examination of a node.
 type Report struct {
-	Root     string    `json:"root"`
-	Findings []Finding `json:"findings"`
-	node     *node
+	SchemaVersion int       `json:"schema_version"`
+	Node          string    `json:"node"` // the node's hostname (under root), or $NODE_NAME
+	Time          time.Time `json:"time"`
+	Version       string    `json:"version"` // oomguard-doctor's
+	Root          string    `json:"root"`
+	Findings      []Finding `json:"findings"`
+	node          *node
 }
 
 // Examine reads the node under root once and runs every check; sample is how
@@ -80,7 +93,18 @@ func Examine(root string, cfg *config.Config, sample time.Duration, endpoint str
 		findings = append(findings, named)
 	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity > findings[j].Severity })
-	return &Report{Root: root, Findings: findings, node: n}, nil
+	return &Report{SchemaVersion: SchemaVersion, Node: nodeName(root), Time: time.Now().UTC().Truncate(time.Second), Version: version.Version,
+		Root: root, Findings: findings, node: n}, nil
+}
+
+// nodeName is $NODE_NAME (a DaemonSet's pod is told it), else the node's
+// hostname as its kernel has it.
+func nodeName(root string) string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	b, _ := safeio.ReadFile(filepath.Join(root, "proc/sys/kernel/hostname"), 256)
+	return strings.TrimSpace(string(b))
 }
 
 // ExitCode is the report's exit status: 0 ok, 1 warning, 2 critical.

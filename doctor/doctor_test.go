@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/test/nodefixture"
@@ -315,5 +316,43 @@ func TestConsoleUnparseablePrintk(t *testing.T) {
 		if f := fs["console"]; f.Severity != Unknown || !strings.Contains(f.Summary, "kernel.printk") {
 			t.Errorf("printk %q: %+v", v, f)
 		}
+	}
+}
+
+// The JSON report says which node, when, which doctor and which schema; the
+// textfile has every gauge on every run (NaN when a check measured
+// nothing), when it was made and the doctor's version.
+func TestReportHeader(t *testing.T) {
+	root := fixture(t, incidentProcs(), map[string]string{"proc/sys/kernel/hostname": "gpu-node-7\n"})
+	t.Setenv("NODE_NAME", "")
+	r, err := Examine(root, config.Default(), 0, "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	r.WriteJSON(&out)
+	var head struct {
+		SchemaVersion int       `json:"schema_version"`
+		Node          string    `json:"node"`
+		Time          time.Time `json:"time"`
+		Version       string    `json:"version"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &head); err != nil || head.SchemaVersion != SchemaVersion || head.Node != "gpu-node-7" ||
+		time.Since(head.Time) > time.Minute || head.Version == "" {
+		t.Fatalf("report header %+v (%v)", head, err)
+	}
+	for i := range r.Findings {
+		r.Findings[i].Metric = nil // as when every check failed to measure
+	}
+	out.Reset()
+	r.WritePrometheus(&out)
+	for _, g := range gauges {
+		if !strings.Contains(out.String(), "\n"+g.Name+" NaN\n") {
+			t.Errorf("no %s NaN in:\n%s", g.Name, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), fmt.Sprintf("oomguard_doctor_last_run_timestamp_seconds %d\n", r.Time.Unix())) ||
+		!strings.Contains(out.String(), `oomguard_doctor_info{version="`) {
+		t.Errorf("textfile:\n%s", out.String())
 	}
 }

@@ -64,7 +64,7 @@ func (n *node) checkGroupKill() Finding {
 			bad = append(bad, fmt.Sprintf("%s: PID 1 is %s[%d], memory.oom.group = 1 on %s", n.ctrDesc(c.pod, c.id), c.init.Comm, c.init.Pid, by))
 		}
 	}
-	f.Metric = &metric{Name: "oomguard_doctor_group_kill_containers", Value: float64(len(bad)), Help: "Containers with an init as PID 1 that an OOM kills whole."}
+	f.Metric = &metric{Name: "oomguard_doctor_group_kill_containers", Value: float64(len(bad)), Help: groupKillHelp}
 	switch {
 	case len(bad) > 0:
 		f.Severity = Critical

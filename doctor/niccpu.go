@@ -72,7 +72,7 @@ func (n *node) checkNICCPU() Finding {
 			}
 		}
 	}
-	f.Metric = &metric{Name: "oomguard_doctor_nic_cpu_kernel_percent", Value: maxKernel, Help: "Highest sys+irq+softirq share of a CPU serving a NIC queue."}
+	f.Metric = &metric{Name: "oomguard_doctor_nic_cpu_kernel_percent", Value: maxKernel, Help: nicCPUHelp}
 	if len(hot) > 0 && avg < 50 {
 		f.Severity = Warning
 		f.Summary = fmt.Sprintf("%d CPUs serving NIC queues are saturated by kernel work while the machine average is %.0f%%: the NIC driver starves and may reset", len(hot), avg)

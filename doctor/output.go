@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,11 +48,44 @@ func (r *Report) WritePrometheus(w io.Writer) {
 	for _, f := range findings {
 		fmt.Fprintf(w, "oomguard_doctor_severity{check=%q} %d\n", f.Check, f.Severity)
 	}
+	// Every gauge on every run (alerts need the series): NaN when a check
+	// could not measure it this time.
+	have := map[string]*metric{}
 	for _, f := range findings {
-		if m := f.Metric; m != nil {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", m.Name, m.Help, m.Name, m.Name, m.Value)
+		if f.Metric != nil {
+			have[f.Metric.Name] = f.Metric
 		}
 	}
+	for _, g := range gauges {
+		v := math.NaN()
+		if m := have[g.Name]; m != nil {
+			v = m.Value
+		}
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.Name, g.Help, g.Name, g.Name, v)
+	}
+	fmt.Fprintln(w, "# HELP oomguard_doctor_last_run_timestamp_seconds When this report was made (a stale textfile means the doctor stopped).")
+	fmt.Fprintln(w, "# TYPE oomguard_doctor_last_run_timestamp_seconds gauge")
+	fmt.Fprintf(w, "oomguard_doctor_last_run_timestamp_seconds %d\n", r.Time.Unix())
+	fmt.Fprintln(w, "# HELP oomguard_doctor_info 1, labelled with the doctor's version and the report's schema version.")
+	fmt.Fprintln(w, "# TYPE oomguard_doctor_info gauge")
+	fmt.Fprintf(w, "oomguard_doctor_info{version=%q,schema_version=\"%d\"} 1\n", r.Version, r.SchemaVersion)
+}
+
+const (
+	daemonsOutrankingHelp = "Node daemons a global OOM would kill before the runaway of the worst container that can fill the node."
+	groupKillHelp         = "Containers with an init as PID 1 that an OOM kills whole."
+	consoleDumpHelp       = "Seconds one OOM task dump holds the serial console."
+	dyingMemcgsHelp       = "Memory cgroups removed but still held by the kernel."
+	nicCPUHelp            = "Highest sys+irq+softirq share of a CPU serving a NIC queue."
+)
+
+// gauges are every check's measure, in the order written.
+var gauges = []metric{
+	{Name: "oomguard_doctor_daemons_outranking_pods", Help: daemonsOutrankingHelp},
+	{Name: "oomguard_doctor_group_kill_containers", Help: groupKillHelp},
+	{Name: "oomguard_doctor_console_dump_seconds", Help: consoleDumpHelp},
+	{Name: "oomguard_doctor_dying_memcgs", Help: dyingMemcgsHelp},
+	{Name: "oomguard_doctor_nic_cpu_kernel_percent", Help: nicCPUHelp},
 }
 
 // WriteTree prints the process tree like the investigation's oom_info.py:

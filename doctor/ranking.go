@@ -110,8 +110,7 @@ func (n *node) checkRanking() Finding {
 	if worst != nil {
 		daemons = worst.daemons
 	}
-	f.Metric = &metric{Name: "oomguard_doctor_daemons_outranking_pods", Value: float64(daemons),
-		Help: "Node daemons a global OOM would kill before the runaway of the worst container that can fill the node."}
+	f.Metric = &metric{Name: "oomguard_doctor_daemons_outranking_pods", Value: float64(daemons), Help: daemonsOutrankingHelp}
 	switch {
 	case daemons > 0:
 		f.Severity = Critical

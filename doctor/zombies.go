@@ -17,7 +17,7 @@ func (n *node) checkZombies() Finding {
 		f.Severity, f.Summary = Unknown, "cannot count dying memory cgroups: "+err.Error()
 		return f
 	}
-	f.Metric = &metric{Name: "oomguard_doctor_dying_memcgs", Value: float64(dying), Help: "Memory cgroups removed but still held by the kernel."}
+	f.Metric = &metric{Name: "oomguard_doctor_dying_memcgs", Value: float64(dying), Help: dyingMemcgsHelp}
 	release, _ := kernel.ReadSysctl(n.root, "kernel.osrelease")
 	warn, crit := n.cfg.Doctor.DyingMemcgsWarning, n.cfg.Doctor.DyingMemcgsCritical
 	oldKernel := el7RE.MatchString(release)

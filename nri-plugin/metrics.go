@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/version"
 )
 
@@ -34,7 +36,11 @@ type Metrics struct {
 	kmsgLost     prometheus.Counter
 	killLag      prometheus.Histogram
 	predictions  *prometheus.CounterVec
+	configValid  prometheus.Gauge
+	configInfo   *prometheus.GaugeVec
+	reloads      *prometheus.CounterVec
 	isConnected  atomic.Bool
+	badConfig    atomic.Pointer[string] // why the configuration last read is not in force
 }
 
 // NewMetrics makes the plugin's counters in a registry of their own.
@@ -75,6 +81,13 @@ func NewMetrics() *Metrics {
 		predictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_oom_kills_predicted_total",
 			Help: "Global OOM kills by whether the kernel's victim was the doctor's model's first (predicted=true: no survivor outranked it by oom_badness; unknown: /proc could not be read)."},
 			[]string{"predicted"}),
+		configValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_config_valid",
+			Help: "1 when the configuration last read (file or runtime) validated and is in force; 0 when it did not: the last good one (or none) stays."}),
+		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_config_info",
+			Help: "1, labelled with the configuration in force: the first 12 hex digits of its SHA-256 (sha256sum of the file) and where it came from (file, runtime, default)."},
+			[]string{"hash", "source"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_config_reloads_total",
+			Help: "Changed configurations read after the start, by result (success, failure: the one in force stays)."}, []string{"result"}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
@@ -83,9 +96,46 @@ func NewMetrics() *Metrics {
 	m.daemonKills.WithLabelValues(KillNode)
 	m.predictions.WithLabelValues("true")
 	m.predictions.WithLabelValues("false")
+	for _, setting := range []string{enforce.SettingScore, enforce.SettingGroup} {
+		m.drift.WithLabelValues(setting)
+		for _, phase := range phases {
+			m.adjustments.WithLabelValues(setting, phase)
+		}
+	}
+	for _, phase := range append([]string{"configure", "reload", "create", "oom"}, phases...) {
+		m.errors.WithLabelValues(phase)
+		m.refusals.WithLabelValues(phase)
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
-		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, m.predictions, buildInfo)
+		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, m.predictions,
+		m.configValid, m.configInfo, m.reloads, buildInfo,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// phases are where the plugin sets values, its metrics' phase label.
+var phases = []string{"start", "synchronize", "update", "exec", "verify"}
+
+// configInForce records the configuration now in force (hash of its text,
+// its source) and whether the one last read was it.
+func (m *Metrics) configInForce(hash, source string, why error) {
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(hash, source).Set(1)
+	m.setConfigValid(why)
+}
+
+// setConfigValid: why is nil when the configuration last read is in force.
+func (m *Metrics) setConfigValid(why error) {
+	if why == nil {
+		m.badConfig.Store(nil)
+		m.configValid.Set(1)
+		return
+	}
+	s := why.Error()
+	m.badConfig.Store(&s)
+	m.configValid.Set(0)
 }
 
 // What one metrics client may hold: the server is reachable from the node's
@@ -112,11 +162,14 @@ func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
 		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if m.isConnected.Load() {
+		switch bad := m.badConfig.Load(); {
+		case !m.isConnected.Load():
+			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
+		case bad != nil:
+			http.Error(w, "configuration invalid, the last good one (or none) in force: "+*bad, http.StatusServiceUnavailable)
+		default:
 			w.Write([]byte("ok\n"))
-			return
 		}
-		http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
 	})
 	srv := &http.Server{
 		Handler:           mux,

@@ -84,6 +84,11 @@ func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Met
 	if errors.As(cfgErr, &le) && le.Strict {
 		p.unusable.Store(&cfgErr)
 	}
+	source := "file"
+	if cfgErr != nil || cfg.Missing {
+		source = "default"
+	}
+	m.configInForce(cfg.Hash, source, cfgErr)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
 		Help: "Containers whose values oomguard keeps."}, func() float64 {
 		p.mu.Lock()
@@ -113,12 +118,15 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 			if p.cfg.Load().Strict || config.StrictIn([]byte(cfgText)) {
 				p.log.Error("configuration is unusable; strict mode: every container's creation fails until it is fixed", "err", err)
 				p.unusable.Store(&err)
+				p.m.setConfigValid(err)
 				return 0, nil
 			}
 			p.log.Error("configuration from the runtime is invalid; keeping the current one", "err", err)
+			p.m.setConfigValid(err)
 		} else {
 			p.setConfig(c)
 			p.unusable.Store(nil)
+			p.m.configInForce(c.Hash, "runtime", nil)
 		}
 	}
 	return 0, nil // subscribe to every event the plugin implements

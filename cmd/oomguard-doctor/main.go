@@ -114,6 +114,16 @@ func examine(f flags, stdout, stderr io.Writer) int {
 			return r.ExitCode()
 		}
 		time.Sleep(f.interval)
+		// A changed configuration (a ConfigMap's update) is taken on the next
+		// run; one that does not validate leaves the last good one.
+		if next, err := config.Find(f.cfgPath); err != nil {
+			fmt.Fprintf(stderr, "oomguard-doctor: keeping the configuration in force (%s): %v\n", cfg.Hash, err)
+		} else if next.Hash != cfg.Hash {
+			if f.daemons != "" {
+				next.Doctor.Daemons = strings.Split(f.daemons, ",")
+			}
+			cfg = next
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/hook"
 	"github.com/oomguard/oomguard/internal/cli"
+	"github.com/oomguard/oomguard/internal/configcheck"
 	"github.com/oomguard/oomguard/internal/install"
 )
 
@@ -67,6 +68,7 @@ func program() *cli.Command {
 			installCmd("install", "Write "+install.HookFileName+" into every hooks.d directory CRI-O and podman read\n(their hooks_dir settings, else their default), or --hooks-dir. Idempotent.\n--copy (from a container, with --root) also puts this binary and the\nconfiguration on the node."),
 			installCmd("uninstall", "Remove what install wrote, unless it changed since."),
 			installCmd("print-config", "Print that JSON instead of writing it."),
+			configcheck.Command(),
 		},
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/cli"
+	"github.com/oomguard/oomguard/internal/configcheck"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/podevents"
 	"github.com/oomguard/oomguard/internal/version"
@@ -60,6 +61,7 @@ func program() *cli.Command {
 			installCommand("install", "Put the plugin where the runtime launches it and enable NRI with drop-in\n"+
 				"files; --nri-only for the DaemonSet, which runs the plugin itself."),
 			installCommand("uninstall", "Undo install."),
+			configcheck.Command(),
 		},
 	}
 }
@@ -112,6 +114,7 @@ func plugin(f flags, stderr io.Writer) int {
 			p.RecordEvents(rec)
 		}
 	}
+	go p.WatchConfig(ctx, config.Path(f.cfgPath), cfg.NRI.ReloadInterval.Duration)
 	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

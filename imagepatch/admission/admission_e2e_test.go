@@ -3,14 +3,9 @@
 package admission
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +27,7 @@ import (
 	"github.com/oomguard/oomguard/test/controlplane"
 	"github.com/oomguard/oomguard/test/registrytest"
 	"github.com/oomguard/oomguard/test/testbin"
-	"github.com/oomguard/oomguard/test/tlstest"
+	"github.com/oomguard/oomguard/test/webhooktest"
 )
 
 // TestE2EWebhook: the webhook through a real kube-apiserver (and its
@@ -106,31 +101,20 @@ func TestE2EWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	caPEM, certFile, keyFile, err := tlstest.ServingCert(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := func(port int) *exec.Cmd {
-		cmd := exec.Command(bin, "webhook", "--insecure", "--images", reg.Host+"/base/*", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-			"--metrics-address", "", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--skip-namespaces", "oomguard")
-		var log bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
+	start := func() *webhooktest.Webhook {
+		w, err := webhooktest.Start(bin, t.TempDir(), "--insecure", "--images", reg.Host+"/base/*", "--skip-namespaces", "oomguard")
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			w.Stop()
 			if t.Failed() {
-				t.Logf("webhook on %d:\n%s", port, log.String())
+				t.Logf("webhook on %d:\n%s", w.Port, w.Log())
 			}
 		})
-		waitTLS(t, port)
-		return cmd
+		return w
 	}
-	port, _ := controlplane.FreePort()
-	webhook := start(port)
+	webhook := start()
 
 	kubectl := func(stdin string, args ...string) string {
 		t.Helper()
@@ -144,8 +128,7 @@ func TestE2EWebhook(t *testing.T) {
 		}
 		return string(out)
 	}
-	kubectl(fmt.Sprintf(webhookConfig, port, base64.StdEncoding.EncodeToString(caPEM)), "apply", "-f", "-")
-	kubectl(namespaces, "apply", "-f", "-")
+	kubectl(webhook.Config("oomguard-imagepatch")+"---\n"+webhooktest.Namespace("ml", true)+"---\n"+webhooktest.Namespace("plain", false), "apply", "-f", "-")
 	waitFor(t, "the default service accounts", func() bool {
 		out, err := cp.Kubectl(ctx, nil, "-n", "ml", "get", "serviceaccount", "default", "-o", "name")
 		out2, err2 := cp.Kubectl(ctx, nil, "-n", "plain", "get", "serviceaccount", "default", "-o", "name")
@@ -225,16 +208,15 @@ func TestE2EWebhook(t *testing.T) {
 
 	// Two replicas patching one source at once: one tag, one digest.
 	push("fresh:v1", base("/sbin/init"))
-	port2, _ := controlplane.FreePort()
-	start(port2)
+	webhook2 := start()
 	body := reviewOf(t, "ml", "CREATE", "", podSpec("x", ref("fresh:v1"), ""), "")
 	var wg sync.WaitGroup
 	answers := make([]string, 2)
-	for i, p := range []int{port, port2} {
+	for i, w := range []*webhooktest.Webhook{webhook, webhook2} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i] = postReview(t, caPEM, p, body)
+			answers[i] = patchOf(t, w, body)
 		}()
 	}
 	wg.Wait()
@@ -275,25 +257,12 @@ func TestE2EWebhook(t *testing.T) {
 	kubectl(string(rendered), "apply", "--dry-run=server", "-f", "-")
 
 	// The webhook down: pods are created unchanged.
-	webhook.Process.Kill()
-	webhook.Wait()
+	webhook.Stop()
 	kubectl(podSpec("down", ref("ubuntu:20.04"), ""), "create", "-f", "-")
 	if got := getPod("ml", "down", "{.spec.containers[0].image}"); got != ref("ubuntu:20.04") {
 		t.Fatalf("with the webhook down the pod runs %s, want it unchanged", got)
 	}
 }
-
-const namespaces = `apiVersion: v1
-kind: Namespace
-metadata:
-  name: ml
-  labels: {oomguard.io/patch-images: enabled}
----
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: plain
-`
 
 const deployment = `apiVersion: apps/v1
 kind: Deployment
@@ -307,51 +276,15 @@ spec:
       containers: [{name: main, image: %s}]
 `
 
-// webhookConfig is the chart's MutatingWebhookConfiguration, by URL.
-const webhookConfig = `apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: oomguard-imagepatch}
-webhooks:
-- name: images.oomguard.io
-  admissionReviewVersions: [v1]
-  clientConfig: {url: "https://127.0.0.1:%d/mutate", caBundle: %s}
-  rules:
-  - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods], scope: Namespaced}
-  - {apiGroups: [""], apiVersions: [v1], operations: [UPDATE], resources: [pods/ephemeralcontainers], scope: Namespaced}
-  namespaceSelector:
-    matchExpressions:
-    - {key: oomguard.io/patch-images, operator: In, values: [enabled]}
-    - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}
-  failurePolicy: Ignore
-  sideEffects: NoneOnDryRun
-  timeoutSeconds: 10
-  reinvocationPolicy: IfNeeded
-`
-
-func waitTLS(t *testing.T, port int) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("the webhook on %d", port), func() bool {
-		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true})
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-}
-
-func postReview(t *testing.T, caPEM []byte, port int, body []byte) string {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	resp, err := c.Post(fmt.Sprintf("https://127.0.0.1:%d/mutate", port), "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Error(err)
-		return ""
-	}
-	defer resp.Body.Close()
+// patchOf is the JSON Patch w answers body with.
+func patchOf(t *testing.T, w *webhooktest.Webhook, body []byte) string {
+	b, err := w.Review(context.Background(), body)
 	var rv review
-	if err := json.NewDecoder(resp.Body).Decode(&rv); err != nil || rv.Response == nil {
-		t.Errorf("review: %v", err)
+	if err == nil {
+		err = json.Unmarshal(b, &rv)
+	}
+	if err != nil || rv.Response == nil {
+		t.Errorf("review: %v %s", err, b)
 		return ""
 	}
 	return string(rv.Response.Patch)

@@ -63,3 +63,54 @@ func TestSyslog(t *testing.T) {
 		t.Fatal("want an error when no socket listens")
 	}
 }
+
+// Each datagram carries its record's severity (facility daemon): journalctl
+// -p warning finds the warnings and errors.
+func TestSyslogSeverity(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "log")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	w, err := dialSyslog("oomguard-nri", []string{sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	log := New(Options{Level: "debug", Format: "json"}, w).With("component", "x")
+	for _, tc := range []struct {
+		log  func(string, ...any)
+		want string
+	}{
+		{log.Debug, "<31>"}, {log.Info, "<30>"}, {log.Warn, "<28>"}, {log.Error, "<27>"},
+	} {
+		tc.log("m")
+		buf := make([]byte, 4096)
+		n, err := l.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg := string(buf[:n]); !strings.HasPrefix(msg, tc.want) || !strings.Contains(msg, `"component":"x"`) {
+			t.Errorf("datagram %q, want priority %s", msg, tc.want)
+		}
+	}
+}
+
+// A log file at its limit is rotated when opened: one generation kept.
+func TestOpenRotated(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "hook.log")
+	for i, want := range []struct{ cur, old string }{{"a", ""}, {"ab", ""}, {"c", "ab"}, {"cd", "ab"}, {"e", "cd"}} {
+		f, err := openRotated(p, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write([]byte(string(rune('a' + i))))
+		f.Close()
+		cur, _ := os.ReadFile(p)
+		old, _ := os.ReadFile(p + ".1")
+		if string(cur) != want.cur || string(old) != want.old {
+			t.Fatalf("open %d: %q and %q, want %q and %q", i, cur, old, want.cur, want.old)
+		}
+	}
+}

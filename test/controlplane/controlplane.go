@@ -147,7 +147,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--authorization-kubeconfig="+filepath.Join(o.Dir, "controller-manager.conf"),
 		"--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false", "--use-service-account-credentials=true",
 		"--service-account-private-key-file="+saKey, "--root-ca-file="+caFile,
-		"--controllers=daemonset-controller,deployment-controller,node-lifecycle-controller,replicaset-controller,serviceaccount-controller,"+
+		"--controllers=daemonset-controller,deployment-controller,job-controller,node-lifecycle-controller,replicaset-controller,serviceaccount-controller,"+
 			"serviceaccount-token-controller,namespace-controller,garbage-collector-controller,root-ca-certificate-publisher-controller,"+
 			"clusterrole-aggregation-controller", "--profiling=false"); err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -73,7 +74,10 @@ func objects(t *testing.T, rendered string) map[string]any {
 		if err != nil {
 			t.Fatalf("not YAML: %v\n%s", err, doc)
 		}
-		var head struct{ Kind string }
+		var head struct {
+			Kind     string
+			Metadata struct{ Annotations map[string]string }
+		}
 		json.Unmarshal(j, &head)
 		var obj any
 		switch head.Kind {
@@ -87,6 +91,8 @@ func objects(t *testing.T, rendered string) map[string]any {
 			obj = &rbacv1.ClusterRole{}
 		case "ClusterRoleBinding":
 			obj = &rbacv1.ClusterRoleBinding{}
+		case "Job":
+			obj = &batchv1.Job{}
 		case "PodMonitor":
 			obj = &podMonitor{}
 		default:
@@ -97,7 +103,11 @@ func objects(t *testing.T, rendered string) map[string]any {
 		if err := dec.Decode(obj); err != nil {
 			t.Fatalf("%s does not decode strictly: %v\n%s", head.Kind, err, doc)
 		}
-		out[head.Kind] = obj
+		key := head.Kind
+		if head.Metadata.Annotations["helm.sh/hook"] != "" {
+			key = "hook " + head.Kind
+		}
+		out[key] = obj
 	}
 	return out
 }
@@ -107,17 +117,18 @@ func TestE2EHelmLint(t *testing.T) {
 }
 
 // With its defaults the chart renders what `kubectl apply -k deploy/` applies,
-// but for the checksum that rolls the pods when the configuration changes.
+// but for the Job that validates the configuration first. Its pods carry no
+// checksum of the configuration (the plugin reads a changed one again)
+// except in hook mode, whose configuration the init container copies.
 func TestE2EChartMatchesKustomization(t *testing.T) {
 	h := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system"))
 	k := objects(t, tool(t, "kustomize", "build", filepath.Join(repo, "deploy")))
-	hds := h["DaemonSet"].(*appsv1.DaemonSet)
-	if hds.Spec.Template.Annotations["checksum/config"] == "" {
-		t.Fatal("the chart's pods carry no checksum of the configuration")
+	if h["hook Job"] == nil || h["hook ConfigMap"] == nil {
+		t.Fatal("the chart validates no configuration before it rolls out")
 	}
-	delete(hds.Spec.Template.Annotations, "checksum/config")
-	if len(hds.Spec.Template.Annotations) == 0 {
-		hds.Spec.Template.Annotations = nil
+	hook := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "--set", "mode=hook"))
+	if hook["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Annotations["checksum/config"] == "" {
+		t.Fatal("in hook mode the chart's pods carry no checksum of the configuration")
 	}
 	for _, kind := range []string{"DaemonSet", "ConfigMap", "ServiceAccount"} {
 		if !reflect.DeepEqual(h[kind], k[kind]) {
@@ -267,5 +278,28 @@ func TestE2EChartEvents(t *testing.T) {
 	plain := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system"))
 	if _, ok := plain["ClusterRole"]; ok {
 		t.Error("a role without events.enabled")
+	}
+}
+
+// values.schema.json refuses what a typo or a wrong value would otherwise
+// let through silently: `helm install` fails, saying which value.
+func TestE2EChartSchema(t *testing.T) {
+	bin := filepath.Join(component, "helm")
+	for _, tc := range []struct{ set, want string }{
+		{"restartRunTime=true", "additional properties 'restartRunTime'"},
+		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		{"mode=nrii", "/mode"},
+		{"nri.metricsPort=70000", "/nri/metricsPort"},
+		{"doctor.interval=5min", "/doctor/interval"},
+		{"image.digest=latest", "/image/digest"},
+		{"imagepatchWebhook.tls.certmanager=true", "additional properties 'certmanager'"},
+		{"resources.limit.memory=1Gi", "additional properties 'limit'"},
+	} {
+		cmd := exec.Command(bin, "template", "oomguard", chart, "--set", tc.set)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("--set %s: %v, want the schema to refuse it (%q):\n%s", tc.set, err, tc.want, out)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package vm
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,11 +15,14 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/test/runcbundle"
 )
 
 // The cluster scenario: oomguard as users run it, through a real API server
-// (cluster.go). On each runtime, in one boot: pods before oomguard, `helm
+// (cluster.go). On each runtime, in one boot: pods before oomguard, a
+// Deployment on an old base image run on its patched image by the
+// admission webhook (patchonuse.go; containerd 2.x and CRI-O), `helm
 // install --wait` (the operator restarting the runtime when the chart's
 // drop-in appears, as the chart's NOTES say), a VM-like pod created through
 // the API, a RuntimeClass for a second handler, an in-place resize, another
@@ -157,12 +161,16 @@ func driveCluster(rt Runtime) func(ctx context.Context, c *Cluster) error {
 		steps := []step{
 			{"node ready", (*clusterRun).nodeReady},
 			{"pods before oomguard", (*clusterRun).podsBefore},
-			{"helm install --wait", (*clusterRun).install},
-			{"OOM kills reported", (*clusterRun).oomKills},
-			{"runtime class", (*clusterRun).runtimeClass},
-			{"in-place resize", (*clusterRun).resize},
-			{"another NRI plugin", (*clusterRun).otherPlugin},
 		}
+		if rt.Component != Containerd17.Component {
+			steps = append(steps, step{"patch on use", (*clusterRun).patchOnUse})
+		}
+		steps = append(steps, step{"helm install --wait", (*clusterRun).install},
+			step{"OOM kills reported", (*clusterRun).oomKills},
+			step{"runtime class", (*clusterRun).runtimeClass},
+			step{"in-place resize", (*clusterRun).resize},
+			step{"another NRI plugin", (*clusterRun).otherPlugin},
+		)
 		if rt.Component != Containerd17.Component { // the chart's rollout: no runtime's part in it but the plugin's restart
 			steps = append(steps, step{"helm upgrade", (*clusterRun).upgrade})
 		}
@@ -423,7 +431,7 @@ func (r *clusterRun) oomKills(ctx context.Context) error {
 grep -c 'container_kept_running=true' /tmp/kills.log
 grep -c 'command=\\x1b\[2J\\x1b\[31mevil ' /tmp/kills.log
 if grep -q "$(printf '\033')" /var/log/pods/kube-system_oomguard-nri-*/oomguard-nri/*.log; then echo raw; else echo escaped; fi
-wget -qO- http://`+nodeIP+`:9464/metrics | grep '^oomguard_oom_kills_total{container="main",.*pod="oom-1"}' | awk '{ n += $2 } END { print "counted", n }'
+wget -qO- http://`+nodeIP+`:9741/metrics | grep '^oomguard_oom_kills_total{container="main",.*pod="oom-1"}' | awk '{ n += $2 } END { print "counted", n }'
 sed -n 's/.* reported_after=\([^ ]*\).*/\1/p' /tmp/kills.log | tr '\n' ' '; echo
 sed -n 's/.* kind=\([a-z]*\) .*/\1/p' /tmp/kills.log | sort | uniq -c | tr '\n' ' '`)
 	if err != nil {
@@ -533,9 +541,15 @@ func (r *clusterRun) otherPlugin(ctx context.Context) error {
 	return r.remove(ctx, p.Name)
 }
 
-// upgrade: `helm upgrade` with the init-as-pid1 rule's score changed rolls
-// the plugin's pod (the config's checksum), and the next VM-like pod runs at
-// the new score.
+// upgrade: `helm upgrade --reuse-values` with a changed rule (the
+// operator's way: nothing else changes); the validation Job passes
+// it, the plugin's pod is not rolled, and the running plugin reads the
+// ConfigMap's volume again: a new VM-like pod gets the new score. Then the
+// ConfigMap edited past the chart into a configuration that does not
+// validate (as an operator's kubectl edit would): the plugin keeps the one
+// in force and says so (a log line, oomguard_config_valid 0, not Ready);
+// `helm upgrade` with that configuration fails at its validation, the
+// DaemonSet untouched; the chart's configuration put back, all is well.
 func (r *clusterRun) upgrade(ctx context.Context) error {
 	shipped, err := os.ReadFile(filepath.Join(r.Env.RepoDir, "deploy/helm/oomguard/files/config.toml"))
 	if err != nil {
@@ -545,27 +559,87 @@ func (r *clusterRun) upgrade(ctx context.Context) error {
 	if !re.Match(shipped) {
 		return fmt.Errorf("the shipped config has no init-as-pid1 rule at 900")
 	}
-	cfg := filepath.Join(r.dir, "config-850.toml")
-	if err := os.WriteFile(cfg, re.ReplaceAll(shipped, []byte("${1}850")), 0o644); err != nil {
+	good, bad := filepath.Join(r.dir, "config-850.toml"), filepath.Join(r.dir, "config-bad.toml")
+	changed := re.ReplaceAll(shipped, []byte("${1}850"))
+	if err := os.WriteFile(good, changed, 0o644); err != nil {
 		return err
 	}
-	before, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o", "name")
-	if err := r.chart(ctx, "", "upgrade", "oomguard", "--set-file", "config="+cfg); err != nil {
+	if err := os.WriteFile(bad, re.ReplaceAll(shipped, []byte("${1}9000")), 0o644); err != nil {
 		return err
 	}
-	after, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o", "name")
-	if strings.TrimSpace(string(after)) == "" || string(after) == string(before) {
-		return fmt.Errorf("the upgrade did not roll the plugin's pod: %q before, %q after", before, after)
+	pods := func() string {
+		out, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o", "name")
+		return strings.TrimSpace(string(out))
+	}
+	before := pods()
+	if err := r.chart(ctx, "", "upgrade", "oomguard", "--reuse-values", "--set-file", "config="+good); err != nil {
+		return err
+	}
+	if after := pods(); after != before {
+		return fmt.Errorf("a changed configuration rolled the plugin's pod: %q before, %q after", before, after)
+	}
+	hash := config.Hash(changed)
+	if err := r.pluginSays(ctx, `msg="configuration reloaded"`, "hash="+hash); err != nil {
+		return err
 	}
 	r.score = "850"
-	// The new pod's plugin is Ready once it has synchronized.
-	if _, err := r.StartPod(ctx, vmPod("vm-2")); err != nil {
+	if err := r.guardsAgain(ctx, "vm-2"); err != nil {
 		return err
 	}
-	if err := r.expect(ctx, "vm-2", r.score, "0"); err != nil {
+
+	b, _ := os.ReadFile(bad)
+	patch, _ := json.Marshal(map[string]any{"data": map[string]string{"config.toml": string(b)}})
+	if _, err := r.Kubectl(ctx, "-n", "kube-system", "patch", "configmap", "oomguard-config", "--type=merge", "-p", string(patch)); err != nil {
 		return err
 	}
-	return r.remove(ctx, "vm-2")
+	if err := r.pluginSays(ctx, `msg="configuration changed but invalid; keeping the one in force"`, "in_force="+hash); err != nil {
+		return err
+	}
+	if out, err := r.sh(ctx, "wget -qO- http://"+nodeIP+":9741/metrics | grep -E '^oomguard_config_(valid|info)'"); err != nil ||
+		!strings.Contains(out, "oomguard_config_valid 0") || !strings.Contains(out, `hash="`+hash+`"`) {
+		return fmt.Errorf("the plugin's metrics with an invalid configuration: %v\n%s", err, out)
+	}
+	if err := r.poll(ctx, time.Minute, "the plugin's pod not Ready", func() (bool, error) {
+		out, err := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o",
+			`jsonpath={.items[0].status.containerStatuses[?(@.name=="oomguard-nri")].ready}`)
+		return err == nil && strings.TrimSpace(string(out)) == "false", nil
+	}); err != nil {
+		return err
+	}
+	if err := r.guardsAgain(ctx, "vm-2b"); err != nil { // the rules in force still guard
+		return err
+	}
+	if out, err := r.Helm(ctx, append([]string{"upgrade", "oomguard", "--reuse-values", "--set-file", "config=" + bad}, chartArgs...)...); err == nil ||
+		!strings.Contains(string(out), "oomguard-validate-config") {
+		return fmt.Errorf("helm upgrade with an invalid configuration: %v, want the validation Job to fail it\n%s", err, out)
+	}
+	if after := pods(); after != before {
+		return fmt.Errorf("a configuration that failed validation rolled the plugin's pod: %q before, %q after", before, after)
+	}
+	if err := r.chart(ctx, "", "upgrade", "oomguard", "--reuse-values", "--set-file", "config="+good); err != nil {
+		return err
+	}
+	return r.poll(ctx, 3*time.Minute, "the plugin Ready again", func() (bool, error) {
+		out, err := r.sh(ctx, "wget -qO- http://"+nodeIP+":9741/healthz")
+		return err == nil && strings.TrimSpace(out) == "ok", nil
+	})
+}
+
+// pluginSays waits (kubelet's ConfigMap sync, then the plugin's reload
+// interval) for a plugin log line holding every one of parts.
+func (r *clusterRun) pluginSays(ctx context.Context, parts ...string) error {
+	var out string
+	err := r.poll(ctx, 3*time.Minute, fmt.Sprintf("the plugin to log %q", parts), func() (bool, error) {
+		var err error
+		out, err = r.sh(ctx, "plugin_log")
+		return err == nil && slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+			return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) })
+		}), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; its log:\n%s", err, tailLines(out, 20))
+	}
+	return nil
 }
 
 // nvidiaAfter: the NVIDIA toolkit configures containerd (its drop-in and

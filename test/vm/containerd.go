@@ -70,6 +70,14 @@ state = '/run/containerd'
   snapshotter = 'native'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = '` + PauseImage + `'
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = '/etc/containerd/certs.d'
+
+# Pulls unpack into the CRI's snapshotter: the transfer service's default
+# names overlayfs only.
+[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+  platform = 'linux/amd64'
+  snapshotter = 'native'
 
 [plugins.'io.containerd.cri.v1.runtime']
   enable_selinux = false

@@ -90,7 +90,7 @@ add_pod filler
 wait_pod filler exited
 check_daemons ` + "sshd systemd-networkd rpcbind agetty" + `
 ip link set lo up 2>/dev/null || ifconfig lo up 2>/dev/null # a boot without a cluster has no network
-wget -qO- http://127.0.0.1:9464/metrics 2>/dev/null | grep '^oomguard_node_' | sed 's/^/@@METRIC /'
+wget -qO- http://127.0.0.1:9741/metrics 2>/dev/null | grep '^oomguard_node_' | sed 's/^/@@METRIC /'
 report
 `
 
@@ -135,7 +135,7 @@ func kubeSetupVerifying(rt Runtime, interval string, rules bool) func(g *Guest) 
 			fast = append(fast, selectorRules()...)
 		} else {
 			cfg, _, _ := strings.Cut(string(fast), "\n[[rule]]")
-			fast = []byte(strings.Replace(cfg, `# metrics_address = "127.0.0.1:9464"`, `metrics_address = "127.0.0.1:9464"`, 1))
+			fast = []byte(strings.Replace(cfg, `# metrics_address = "127.0.0.1:9741"`, `metrics_address = "127.0.0.1:9741"`, 1))
 		}
 		g.File("/etc/oomguard/config.toml", fast, 0o644)
 		g.File(GuestConfig, fast, 0o644)

@@ -1,0 +1,30 @@
+// Package configcheck is the `validate` command every oomguard program that
+// reads the configuration has: check a file before it ships.
+package configcheck
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/cli"
+	"github.com/oomguard/oomguard/internal/escape"
+)
+
+// Command is `PROGRAM validate FILE`: 0 and the file's hash when it
+// validates (the hash oomguard_config_info shows once it is in force), 1
+// and every problem when it does not.
+func Command() *cli.Command {
+	return &cli.Command{Name: "validate", Args: "FILE", MinArgs: 1, MaxArgs: 1,
+		Help: "Check a configuration file as the programs load it: exit 0 and print its\n" +
+			"hash (oomguard_config_info's, once in force), or exit 1 and say what is wrong.",
+		Run: func(_ context.Context, args []string, s cli.IO) int {
+			c, err := config.Load(args[0])
+			if err != nil {
+				fmt.Fprintf(s.Stderr, "invalid: %s\n", escape.Terminal(err.Error()))
+				return 1
+			}
+			fmt.Fprintf(s.Stdout, "valid: %s hash %s, %d rules\n", escape.Terminal(args[0]), c.Hash, len(c.Rules))
+			return 0
+		}}
+}

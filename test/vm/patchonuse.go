@@ -1,0 +1,227 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/oomguard/oomguard/test/registrytest"
+	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/webhooktest"
+)
+
+// Patch on use through the cluster: Debian's registry and `imagepatch
+// webhook` run on the host, the webhook registered with the API server as
+// the chart registers it; the node pulls from the registry through QEMU's
+// user network. Before oomguard is on the node (no NRI, no hook), so what
+// a pod's processes show is the patched image's doing alone.
+
+// patchedInit is the old base image's init: a child under it, both waiting.
+const patchedInit = "#!/bin/sh\nsleep 2147483647 &\nwait\n"
+
+// registryMirror points the node's runtime at the host's registry: the
+// pods name it by its loopback address, which the node reaches at hostIP.
+const registryMirror = `
+mirror_registry() { # NAME PORT
+	case $RUNTIME in
+	containerd)
+		mkdir -p /etc/containerd/certs.d/$1
+		printf 'server = "http://%s:%s"\n[host."http://%s:%s"]\n  capabilities = ["pull", "resolve"]\n' ` + hostIP + ` $2 ` + hostIP + ` $2 > /etc/containerd/certs.d/$1/hosts.toml ;;
+	crio)
+		mkdir -p /etc/containers/registries.conf.d
+		printf '[[registry]]\nprefix = "%s"\nlocation = "%s:%s"\ninsecure = true\n' $1 ` + hostIP + ` $2 > /etc/containers/registries.conf.d/oomguard-test.conf
+		kill -HUP $(cat /run/crio.pid); sleep 1 ;;
+	esac
+}
+# unmirror_registry NAME: the node's configuration as it was.
+unmirror_registry() {
+	case $RUNTIME in
+	containerd) rm -r /etc/containerd/certs.d/$1; rmdir /etc/containerd/certs.d ;;
+	crio) rm /etc/containers/registries.conf.d/oomguard-test.conf; rmdir /etc/containers/registries.conf.d; kill -HUP $(cat /run/crio.pid) ;;
+	esac
+}
+# container_procs ID: each process of a container, its oom_score_adj and
+# command line; then the OCI process args the runtime was given.
+container_procs() {
+	pid=$(kubeletish_pid $1)
+	cg=$(sed -n 's/^0:://p' /proc/$pid/cgroup)
+	for p in $(cat /sys/fs/cgroup$cg/cgroup.procs); do
+		echo "proc $(cat /proc/$p/oom_score_adj) nspid=$(awk '/^NSpid:/ { print $NF }' /proc/$p/status) $(tr '\0' ' ' < /proc/$p/cmdline)"
+	done
+	f=$(ls /run/containerd/io.containerd.runtime.v2.task/k8s.io/$1/config.json /var/lib/containers/storage/*-containers/$1/userdata/config.json 2>/dev/null | head -1)
+	echo "spec $f $(tr -d ' \t\n' < "$f" | grep -o '"args":\[[^]]*\]' | head -1)" # CRI-O indents it
+}
+kubeletish_pid() {
+	printf %s $1 > /run/pod-x && kubeletish inspect x | sed -n 's/.* pid=\([0-9]*\) .*/\1/p'
+}
+`
+
+const patchedDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vm, namespace: patched}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: vm}}
+  template:
+    metadata: {labels: {app: vm}}
+    spec:
+      hostNetwork: true
+      terminationGracePeriodSeconds: 1
+      automountServiceAccountToken: false
+      containers:
+      - name: main
+        image: %s
+        resources: {limits: {cpu: ` + clusterCPU + `, memory: 48Mi}}
+`
+
+// patchOnUse: a Deployment on an old tag of a base image runs on its
+// patched image, pinned by digest: the runtime was given the shim before
+// the image's init, the init is PID 1 and every process is at the shim's
+// score, not kubelet's -997. A second pod, with a command of its own, gets
+// the shim in front of it from the cache, without a registry write.
+func (r *clusterRun) patchOnUse(ctx context.Context) error {
+	regDir, whDir := filepath.Join(r.dir, "registry"), filepath.Join(r.dir, "webhook")
+	for _, d := range []string{regDir, whDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	reg, err := registrytest.Start(regDir)
+	if err != nil {
+		return err
+	}
+	defer reg.Stop()
+	img, err := runcbundle.BusyboxImage(map[string]runcbundle.ImageFile{"/sbin/init": {Data: []byte(patchedInit), Mode: 0o755}}, []string{"/sbin/init"})
+	if err != nil {
+		return err
+	}
+	src := reg.Host + "/base/vm:old"
+	tag, err := name.NewTag(src, name.Insecure)
+	if err != nil {
+		return err
+	}
+	if err := remote.Write(tag, img); err != nil {
+		return fmt.Errorf("pushing %s: %w", src, err)
+	}
+	_, port, _ := net.SplitHostPort(reg.Host)
+	if _, err := r.sh(ctx, registryMirror+"mirror_registry "+reg.Host+" "+port); err != nil {
+		return err
+	}
+	wh, err := webhooktest.Start(filepath.Join(r.Env.BinDir, "imagepatch"), whDir, "--insecure", "--images", reg.Host+"/base/*")
+	if err != nil {
+		return err
+	}
+	defer wh.Stop()
+	fail := func(err error) error { return fmt.Errorf("%w\nthe webhook's log:\n%s", err, tailLines(wh.Log(), 20)) }
+	if err := r.Apply(ctx, wh.Config("oomguard-imagepatch")+"---\n"+webhooktest.Namespace("patched", true)); err != nil {
+		return fail(err)
+	}
+	if err := r.poll(ctx, 2*time.Minute, "the patched namespace's service account", func() (bool, error) {
+		_, err := r.Kubectl(ctx, "-n", "patched", "get", "serviceaccount", "default")
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+
+	if err := r.Apply(ctx, fmt.Sprintf(patchedDeployment, src)); err != nil {
+		return fail(err)
+	}
+	var pod string
+	if err := r.poll(ctx, 2*time.Minute, "the Deployment's pod", func() (bool, error) {
+		out, err := r.Kubectl(ctx, "-n", "patched", "get", "pods", "-l", "app=vm", "-o", "jsonpath={.items[*].metadata.name}")
+		pod = strings.TrimSpace(string(out))
+		return err == nil && pod != "", nil
+	}); err != nil {
+		return fail(err)
+	}
+	if err := r.WaitReady(ctx, "patched", pod); err != nil {
+		return fail(err)
+	}
+	out, err := r.Kubectl(ctx, "-n", "patched", "get", "pod", pod, "-o", "jsonpath={.spec.containers[0].image} {.status.containerStatuses[0].imageID}")
+	if err != nil {
+		return err
+	}
+	image, imageID, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	patched, err := name.NewDigest(image, name.Insecure)
+	if err != nil || patched.Context().Name() != reg.Host+"/base/vm" || !strings.HasSuffix(imageID, patched.DigestStr()) {
+		return fail(fmt.Errorf("the Deployment's pod runs %q (image ID %q), want %s/base/vm pinned by its patched digest", image, imageID, reg.Host))
+	}
+	if err := r.patchedProcs(ctx, "patched", pod, `"args":["/.oomguard/oomguard-init","--","/sbin/init"]`); err != nil {
+		return err
+	}
+
+	reg.Reset()
+	withCommand := Pod{Name: "command", Namespace: "patched", Image: src, Command: []string{"/sbin/init"}, Memory: "48Mi", CPU: clusterCPU}
+	if err := r.Apply(ctx, strings.Replace(withCommand.manifest(), "imagePullPolicy: Never", "imagePullPolicy: IfNotPresent", 1)); err != nil {
+		return fail(err)
+	}
+	if err := r.WaitReady(ctx, "patched", "command"); err != nil {
+		return fail(err)
+	}
+	if err := r.patchedProcs(ctx, "patched", "command", `"args":["/.oomguard/oomguard-init","--","/sbin/init"]`); err != nil {
+		return err
+	}
+	if n := reg.Count("PUT", "") + reg.Count("POST", "") + reg.Count("PATCH", ""); n != 0 {
+		return fmt.Errorf("the second pod on the image wrote to the registry %d times: %v", n, reg.Requests())
+	}
+	r.Note("%s: patch on use: the Deployment on %s ran %s, its init PID 1 at the shim's 900", r.rt.Component, src, patched.DigestStr()[:19])
+	// Nothing of this step stays for the others: the node's one CPU, the
+	// webhook's registration, the runtime's mirror (uninstall compares the
+	// node's configuration with what it was before oomguard).
+	if _, err = r.Kubectl(ctx, "delete", "namespace", "patched", "--wait=false"); err != nil {
+		return err
+	}
+	if _, err = r.Kubectl(ctx, "delete", "mutatingwebhookconfiguration", "oomguard-imagepatch"); err != nil {
+		return err
+	}
+	_, err = r.sh(ctx, registryMirror+"unmirror_registry "+reg.Host)
+	return err
+}
+
+// patchedProcs: the pod's container was started with args (the shim in
+// front), its init is PID 1 in the container, and every process of it is
+// at the shim's score; the shim itself is gone (it executed the init).
+func (r *clusterRun) patchedProcs(ctx context.Context, ns, pod, args string) error {
+	id, err := r.ContainerID(ctx, ns, pod, "main")
+	if err != nil {
+		return err
+	}
+	var out string
+	// The init starts its child just after it is Ready.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+		if out, err = r.sh(ctx, registryMirror+"container_procs "+id); err != nil {
+			return err
+		}
+		if strings.Count(out, "proc ") >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	var procs, pid1 int
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "spec":
+			if !strings.Contains(l, args) {
+				return fmt.Errorf("pod %s/%s: the runtime was given %s, want %s", ns, pod, l, args)
+			}
+		case len(f) >= 4 && f[0] == "proc":
+			procs++
+			if f[1] != "900" || strings.Contains(l, "oomguard-init") {
+				return fmt.Errorf("pod %s/%s: process %q, want every process at the shim's 900 and no shim left:\n%s", ns, pod, l, out)
+			}
+			if f[2] == "nspid=1" && strings.Contains(l, "/sbin/init") {
+				pid1++
+			}
+		}
+	}
+	if procs < 2 || pid1 != 1 {
+		return fmt.Errorf("pod %s/%s: want the image's init as PID 1 and its child:\n%s", ns, pod, out)
+	}
+	return nil
+}

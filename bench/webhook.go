@@ -138,15 +138,8 @@ func podBurst(dir string, wh *webhooktest.Webhook, image string, n int) (with, w
 	if _, err := cp.Kubectl(ctx, []byte(cfg), "apply", "-f", "-"); err != nil {
 		return 0, 0, 0, err
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		a, err1 := cp.Kubectl(ctx, nil, "-n", "ml", "get", "serviceaccount", "default", "-o", "name")
-		b, err2 := cp.Kubectl(ctx, nil, "-n", "plain", "get", "serviceaccount", "default", "-o", "name")
-		if err1 == nil && err2 == nil && len(a) > 0 && len(b) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, 0, 0, fmt.Errorf("no default service accounts")
-		}
+	if err := cp.WaitServiceAccounts(ctx, "ml", "plain"); err != nil {
+		return 0, 0, 0, err
 	}
 	burst := func(ns, prefix, image string) (time.Duration, error) {
 		var b strings.Builder

@@ -1,7 +1,6 @@
 package nriplugin
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/test/nriruntime"
+	"github.com/oomguard/oomguard/test/syncbuf"
 )
 
 func startRuntime(t *testing.T, dir string, pods []*api.PodSandbox, ctrs []*api.Container) *nriruntime.Runtime {
@@ -35,22 +35,10 @@ func startRuntime(t *testing.T, dir string, pods []*api.PodSandbox, ctrs []*api.
 // testPlugin connects our plugin to the runtime side, as the DaemonSet does.
 type testPlugin struct {
 	p      *Plugin
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func connectPlugin(t *testing.T, dir, cfgText, root string) *testPlugin {
 	return connectPluginAt(t, filepath.Join(dir, "nri.sock"), cfgText, root)
@@ -64,7 +52,7 @@ func connectPluginAt(t *testing.T, socket, cfgText, root string) *testPlugin {
 	}
 	cfg.NRI.Socket = socket
 	cfg.NRI.VerifyInterval.Duration = 0
-	tp := &testPlugin{logs: &syncBuffer{}, done: make(chan struct{})}
+	tp := &testPlugin{logs: &syncbuf.Buffer{}, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	tp.p = New(cfg, nil, root, log, NewMetrics())
 	tp.p.execs = noExecs // the host's execs are not the fixture's

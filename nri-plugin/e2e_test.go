@@ -13,6 +13,7 @@ import (
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/syncbuf"
 	"github.com/oomguard/oomguard/test/testbin"
 )
 
@@ -33,7 +34,7 @@ func TestE2ESetUpBeforeRuncStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Stop()
-	var log syncBuffer
+	var log syncbuf.Buffer
 	rt.PluginLog = &log
 	plugin, err := rt.StartPlugin(bin, "--config", shippedConfig)
 	if err != nil {

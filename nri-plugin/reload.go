@@ -23,45 +23,37 @@ func (p *Plugin) WatchConfig(ctx context.Context, path string, interval time.Dur
 	}
 	seen := p.cfg.Load().Hash // the text the start put in force
 	if seen == "none" {       // or what it could not use
-		seen = "unreadable"
-		switch b, err := safeio.ReadFile(path, config.MaxFileSize); {
-		case err == nil:
-			seen = config.Hash(b)
-		case errors.Is(err, fs.ErrNotExist):
-			seen = "missing"
-		}
+		_, seen, _ = readConfig(path)
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		seen = p.reload(path, seen)
-	}
+	every(ctx, interval, func() { seen = p.reload(path, seen) })
 }
 
-// reload reads path once; seen names the text read last.
-func (p *Plugin) reload(path, seen string) string {
+// readConfig reads path and names what it read: the text's hash, or
+// "missing" or "unreadable".
+func readConfig(path string) ([]byte, string, error) {
 	b, err := safeio.ReadFile(path, config.MaxFileSize)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			if seen != "missing" {
-				p.log.Warn("configuration file gone; keeping the configuration in force", "path", path, "hash", p.cfg.Load().Hash)
-			}
-			return "missing"
-		}
-		if seen != "unreadable" {
-			p.m.errors.WithLabelValues("reload").Inc()
-			p.log.Error("cannot read the configuration file; keeping the configuration in force", "path", path, "err", err)
-		}
-		return "unreadable"
+	switch {
+	case err == nil:
+		return b, config.Hash(b), nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, "missing", err
 	}
-	h := config.Hash(b)
-	if h == seen {
+	return nil, "unreadable", err
+}
+
+// reload reads path once; seen names what was read last.
+func (p *Plugin) reload(path, seen string) string {
+	b, h, err := readConfig(path)
+	switch {
+	case h == seen:
 		return seen
+	case h == "missing":
+		p.log.Warn("configuration file gone; keeping the configuration in force", "path", path, "hash", p.cfg.Load().Hash)
+		return h
+	case err != nil:
+		p.m.errors.WithLabelValues("reload").Inc()
+		p.log.Error("cannot read the configuration file; keeping the configuration in force", "path", path, "err", err)
+		return h
 	}
 	c, err := config.Parse(b)
 	if err != nil {

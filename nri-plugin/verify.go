@@ -12,6 +12,11 @@ import (
 // drift: a systemd daemon-reload can reset cgroup files, and a process can
 // change its own score.
 func (p *Plugin) verifyLoop(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, p.verifyAll)
+}
+
+// every calls f each interval until ctx ends; never when interval is 0.
+func every(ctx context.Context, interval time.Duration, f func()) {
 	if interval <= 0 {
 		return
 	}
@@ -22,7 +27,7 @@ func (p *Plugin) verifyLoop(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.verifyAll()
+			f()
 		}
 	}
 }

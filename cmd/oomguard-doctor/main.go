@@ -77,13 +77,17 @@ func program() *cli.Command {
 }
 
 func examine(f flags, stdout, stderr io.Writer) int {
-	cfg, err := config.Find(f.cfgPath)
+	load := func() (*config.Config, error) {
+		cfg, err := config.Find(f.cfgPath)
+		if err == nil && f.daemons != "" {
+			cfg.Doctor.Daemons = strings.Split(f.daemons, ",")
+		}
+		return cfg, err
+	}
+	cfg, err := load()
 	if err != nil {
 		fmt.Fprintf(stderr, "oomguard-doctor: %v\n", err)
 		return exitRead
-	}
-	if f.daemons != "" {
-		cfg.Doctor.Daemons = strings.Split(f.daemons, ",")
 	}
 	for {
 		r, err := doctor.Examine(f.root, cfg, f.sample, f.endpoint)
@@ -116,12 +120,9 @@ func examine(f flags, stdout, stderr io.Writer) int {
 		time.Sleep(f.interval)
 		// A changed configuration (a ConfigMap's update) is taken on the next
 		// run; one that does not validate leaves the last good one.
-		if next, err := config.Find(f.cfgPath); err != nil {
+		if next, err := load(); err != nil {
 			fmt.Fprintf(stderr, "oomguard-doctor: keeping the configuration in force (%s): %v\n", cfg.Hash, err)
-		} else if next.Hash != cfg.Hash {
-			if f.daemons != "" {
-				next.Doctor.Daemons = strings.Split(f.daemons, ",")
-			}
+		} else {
 			cfg = next
 		}
 	}

@@ -129,11 +129,9 @@ func TestE2EWebhook(t *testing.T) {
 		return string(out)
 	}
 	kubectl(webhook.Config("oomguard-imagepatch")+"---\n"+webhooktest.Namespace("ml", true)+"---\n"+webhooktest.Namespace("plain", false), "apply", "-f", "-")
-	waitFor(t, "the default service accounts", func() bool {
-		out, err := cp.Kubectl(ctx, nil, "-n", "ml", "get", "serviceaccount", "default", "-o", "name")
-		out2, err2 := cp.Kubectl(ctx, nil, "-n", "plain", "get", "serviceaccount", "default", "-o", "name")
-		return err == nil && err2 == nil && len(out) > 0 && len(out2) > 0
-	})
+	if err := cp.WaitServiceAccounts(ctx, "ml", "plain"); err != nil {
+		t.Fatal(err)
+	}
 
 	// A Deployment on the old tag: its pod runs the patched image by digest.
 	kubectl(fmt.Sprintf(deployment, ref("ubuntu:20.04")), "apply", "-f", "-")

@@ -279,6 +279,29 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 	return out, nil
 }
 
+// WaitServiceAccounts waits, 2 minutes at most, until each namespace has
+// its default service account: until then the API server refuses pods
+// there.
+func (c *Cluster) WaitServiceAccounts(ctx context.Context, namespaces ...string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, ns := range namespaces {
+		for {
+			if out, err := c.Kubectl(ctx, nil, "-n", ns, "get", "serviceaccount", "default", "-o", "name"); err == nil && len(out) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("namespace %s has no default service account after 2m", ns)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
 // Logs is the end of each process's log, for a failure's report.
 func (c *Cluster) Logs(lines int) string {
 	var b strings.Builder

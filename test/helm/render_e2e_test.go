@@ -28,6 +28,16 @@ var (
 
 func tool(t *testing.T, name string, args ...string) string {
 	t.Helper()
+	out, errb, err := run(t, name, args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s%s", name, args, err, out, errb)
+	}
+	return out
+}
+
+// run runs a component with helm's homes in the test's directories.
+func run(t *testing.T, name string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	bin := filepath.Join(component, name)
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v: run make components", err)
@@ -36,10 +46,8 @@ func tool(t *testing.T, name string, args ...string) string {
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %v: %v\n%s%s", name, args, err, out.String(), errb.String())
-	}
-	return out.String()
+	err = cmd.Run()
+	return out.String(), errb.String(), err
 }
 
 // podMonitor is the part of the Prometheus Operator's PodMonitor the chart
@@ -284,7 +292,6 @@ func TestE2EChartEvents(t *testing.T) {
 // values.schema.json refuses what a typo or a wrong value would otherwise
 // let through silently: `helm install` fails, saying which value.
 func TestE2EChartSchema(t *testing.T) {
-	bin := filepath.Join(component, "helm")
 	for _, tc := range []struct{ set, want string }{
 		{"restartRunTime=true", "additional properties 'restartRunTime'"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
@@ -295,10 +302,8 @@ func TestE2EChartSchema(t *testing.T) {
 		{"imagepatchWebhook.tls.certmanager=true", "additional properties 'certmanager'"},
 		{"resources.limit.memory=1Gi", "additional properties 'limit'"},
 	} {
-		cmd := exec.Command(bin, "template", "oomguard", chart, "--set", tc.set)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), tc.want) {
+		_, out, err := run(t, "helm", "template", "oomguard", chart, "--set", tc.set)
+		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("--set %s: %v, want the schema to refuse it (%q):\n%s", tc.set, err, tc.want, out)
 		}
 	}

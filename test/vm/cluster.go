@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,10 +14,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/syncbuf"
 )
 
 // The cluster boots: a real control plane (test/controlplane) runs on the
@@ -236,31 +235,13 @@ func WithClusterKubelet(g *Guest, rt Runtime) error {
 	return nil
 }
 
-// lockedBuffer is the console, read while QEMU writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // drive boots the VM with the network, waits for its agent, runs the
 // variant's Drive, and ends the boot.
 func (e *Env) drive(ctx context.Context, s Scenario, v Variant, cb *clusterBoot, dir string, args []string) (*Run, error) {
 	args = append(args, "-netdev", fmt.Sprintf("user,id=n0,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-%s:%d", cb.hostPort, nodeIP, agentPort),
 		"-device", "virtio-net-pci,netdev=n0,romfile=")
 	cmd := exec.CommandContext(ctx, QEMU, args...)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

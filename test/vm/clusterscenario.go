@@ -394,12 +394,17 @@ func (r *clusterRun) logged(ctx context.Context, pod string, parts ...string) er
 	if err != nil {
 		return err
 	}
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, " pod="+pod+" ") && !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
-			return nil
-		}
+	if hasLine(out, slices.Concat(parts, []string{" pod=" + pod + " "})...) {
+		return nil
 	}
 	return fmt.Errorf("the plugin logged no line %q for %s; its log:\n%s", parts, pod, tailLines(out, 30))
+}
+
+// hasLine: one line of out holds every one of parts.
+func hasLine(out string, parts ...string) bool {
+	return slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+		return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) })
+	})
 }
 
 // oomKills: a guarded VM-like pod whose runaways meet its limit a hundred
@@ -632,9 +637,7 @@ func (r *clusterRun) pluginSays(ctx context.Context, parts ...string) error {
 	err := r.poll(ctx, 3*time.Minute, fmt.Sprintf("the plugin to log %q", parts), func() (bool, error) {
 		var err error
 		out, err = r.sh(ctx, "plugin_log")
-		return err == nil && slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
-			return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) })
-		}), nil
+		return err == nil && hasLine(out, parts...), nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w; its log:\n%s", err, tailLines(out, 20))
@@ -846,10 +849,7 @@ func (c *Cluster) WaitNodeReady(ctx context.Context) error {
 		out, _ := c.Kubectl(ctx, "get", "node", nodeName, "-o", "yaml")
 		return fmt.Errorf("%w\n%s", err, out)
 	}
-	return c.poll(ctx, 2*time.Minute, "the default service account", func() (bool, error) {
-		_, err := c.Kubectl(ctx, "-n", "default", "get", "serviceaccount", "default")
-		return err == nil, nil
-	})
+	return c.WaitServiceAccounts(ctx, "default")
 }
 
 // StartPod creates p through the API server and waits until it is Ready;

@@ -47,19 +47,16 @@ unmirror_registry() {
 	crio) rm /etc/containers/registries.conf.d/oomguard-test.conf; rmdir /etc/containers/registries.conf.d; kill -HUP $(cat /run/crio.pid) ;;
 	esac
 }
-# container_procs ID: each process of a container, its oom_score_adj and
-# command line; then the OCI process args the runtime was given.
+# container_procs ID PID: each process of the container whose first is
+# PID, its oom_score_adj and command line; then the OCI process args the
+# runtime was given.
 container_procs() {
-	pid=$(kubeletish_pid $1)
-	cg=$(sed -n 's/^0:://p' /proc/$pid/cgroup)
+	cg=$(sed -n 's/^0:://p' /proc/$2/cgroup)
 	for p in $(cat /sys/fs/cgroup$cg/cgroup.procs); do
 		echo "proc $(cat /proc/$p/oom_score_adj) nspid=$(awk '/^NSpid:/ { print $NF }' /proc/$p/status) $(tr '\0' ' ' < /proc/$p/cmdline)"
 	done
 	f=$(ls /run/containerd/io.containerd.runtime.v2.task/k8s.io/$1/config.json /var/lib/containers/storage/*-containers/$1/userdata/config.json 2>/dev/null | head -1)
 	echo "spec $f $(tr -d ' \t\n' < "$f" | grep -o '"args":\[[^]]*\]' | head -1)" # CRI-O indents it
-}
-kubeletish_pid() {
-	printf %s $1 > /run/pod-x && kubeletish inspect x | sed -n 's/.* pid=\([0-9]*\) .*/\1/p'
 }
 `
 
@@ -123,10 +120,7 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	if err := r.Apply(ctx, wh.Config("oomguard-imagepatch")+"---\n"+webhooktest.Namespace("patched", true)); err != nil {
 		return fail(err)
 	}
-	if err := r.poll(ctx, 2*time.Minute, "the patched namespace's service account", func() (bool, error) {
-		_, err := r.Kubectl(ctx, "-n", "patched", "get", "serviceaccount", "default")
-		return err == nil, nil
-	}); err != nil {
+	if err := r.WaitServiceAccounts(ctx, "patched"); err != nil {
 		return err
 	}
 
@@ -153,7 +147,7 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	if err != nil || patched.Context().Name() != reg.Host+"/base/vm" || !strings.HasSuffix(imageID, patched.DigestStr()) {
 		return fail(fmt.Errorf("the Deployment's pod runs %q (image ID %q), want %s/base/vm pinned by its patched digest", image, imageID, reg.Host))
 	}
-	if err := r.patchedProcs(ctx, "patched", pod, `"args":["/.oomguard/oomguard-init","--","/sbin/init"]`); err != nil {
+	if err := r.patchedProcs(ctx, "patched", pod); err != nil {
 		return err
 	}
 
@@ -165,7 +159,7 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	if err := r.WaitReady(ctx, "patched", "command"); err != nil {
 		return fail(err)
 	}
-	if err := r.patchedProcs(ctx, "patched", "command", `"args":["/.oomguard/oomguard-init","--","/sbin/init"]`); err != nil {
+	if err := r.patchedProcs(ctx, "patched", "command"); err != nil {
 		return err
 	}
 	if n := reg.Count("PUT", "") + reg.Count("POST", "") + reg.Count("PATCH", ""); n != 0 {
@@ -185,18 +179,26 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	return err
 }
 
-// patchedProcs: the pod's container was started with args (the shim in
-// front), its init is PID 1 in the container, and every process of it is
-// at the shim's score; the shim itself is gone (it executed the init).
-func (r *clusterRun) patchedProcs(ctx context.Context, ns, pod, args string) error {
+// shimArgs are the OCI process args of a patched image's container: the
+// shim in front of the image's init.
+const shimArgs = `"args":["/.oomguard/oomguard-init","--","/sbin/init"]`
+
+// patchedProcs: the pod's container was started with shimArgs, its init is
+// PID 1 in the container, and every process of it is at the shim's score;
+// the shim itself is gone (it executed the init).
+func (r *clusterRun) patchedProcs(ctx context.Context, ns, pod string) error {
 	id, err := r.ContainerID(ctx, ns, pod, "main")
+	if err != nil {
+		return err
+	}
+	ctr, err := r.Inspect(ctx, ns, pod, "main")
 	if err != nil {
 		return err
 	}
 	var out string
 	// The init starts its child just after it is Ready.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
-		if out, err = r.sh(ctx, registryMirror+"container_procs "+id); err != nil {
+		if out, err = r.sh(ctx, registryMirror+"container_procs "+id+" "+ctr["pid"]); err != nil {
 			return err
 		}
 		if strings.Count(out, "proc ") >= 2 || time.Now().After(deadline) {
@@ -207,8 +209,8 @@ func (r *clusterRun) patchedProcs(ctx context.Context, ns, pod, args string) err
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		switch f := strings.Fields(l); {
 		case len(f) > 0 && f[0] == "spec":
-			if !strings.Contains(l, args) {
-				return fmt.Errorf("pod %s/%s: the runtime was given %s, want %s", ns, pod, l, args)
+			if !strings.Contains(l, shimArgs) {
+				return fmt.Errorf("pod %s/%s: the runtime was given %s, want %s", ns, pod, l, shimArgs)
 			}
 		case len(f) >= 4 && f[0] == "proc":
 			procs++

@@ -13,10 +13,10 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"sync"
 	"time"
 
 	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/syncbuf"
 	"github.com/oomguard/oomguard/test/tlstest"
 )
 
@@ -29,7 +29,7 @@ type Webhook struct {
 	CAPEM  []byte
 	URL    string // its /mutate
 	cmd    *exec.Cmd
-	log    lockedBuffer
+	log    syncbuf.Buffer
 	client *http.Client
 }
 
@@ -128,21 +128,4 @@ func Namespace(name string, optIn bool) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels: {%s: enabled}\n", name, Label)
 	}
 	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", name)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -2,18 +2,16 @@ package nriplugin
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/oomguard/oomguard/internal/enforce"
+	"github.com/oomguard/oomguard/internal/metricsserver"
 	"github.com/oomguard/oomguard/internal/version"
 )
 
@@ -138,19 +136,6 @@ func (m *Metrics) setConfigValid(why error) {
 	m.configValid.Set(0)
 }
 
-// What one metrics client may hold: the server is reachable from the node's
-// network, and nothing on it may grow the plugin (and get it OOM-killed
-// while it guards the node) or keep Prometheus out for long.
-const (
-	maxConns          = 16
-	maxHeaderBytes    = 8 << 10
-	readHeaderTimeout = 2 * time.Second
-	readTimeout       = 5 * time.Second
-	writeTimeout      = 10 * time.Second
-	idleTimeout       = 10 * time.Second
-	listenRetry       = 10 * time.Second
-)
-
 // Serve exposes /metrics and /healthz (200 while connected) on addr until
 // ctx ends. It returns at once: an address that cannot be bound (a port
 // taken) is logged, counted and retried, and never stops enforcement.
@@ -158,7 +143,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		MaxRequestsInFlight: 2,
-		Timeout:             writeTimeout / 2,
+		Timeout:             metricsserver.WriteTimeout / 2,
 		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -171,38 +156,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
 			w.Write([]byte("ok\n"))
 		}
 	})
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	go func() {
-		for {
-			ln, err := net.Listen("tcp", addr)
-			if err == nil {
-				log.Info("serving metrics", "address", ln.Addr().String())
-				err = srv.Serve(limitListener(ln, maxConns))
-				if errors.Is(err, http.ErrServerClosed) {
-					return
-				}
-			}
-			m.serveErrors.Inc()
-			log.Error("cannot serve metrics; enforcement goes on, retrying", "address", addr, "in", listenRetry, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(listenRetry):
-			}
-		}
-	}()
+	metricsserver.Serve(ctx, addr, mux, log, m.serveErrors.Inc)
 }
 
 func (m *Metrics) setConnected(on bool) {
@@ -212,39 +166,4 @@ func (m *Metrics) setConnected(on bool) {
 	} else {
 		m.connected.Set(0)
 	}
-}
-
-// limitListener holds at most n connections open: the next is accepted only
-// when one closes, and the kernel's backlog holds (or drops) the rest.
-func limitListener(l net.Listener, n int) net.Listener {
-	return &limited{Listener: l, slots: make(chan struct{}, n)}
-}
-
-type limited struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func (l *limited) Accept() (net.Conn, error) {
-	l.slots <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
-}
-
-type slotConn struct {
-	net.Conn
-	once atomic.Bool
-	free func()
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	if c.once.CompareAndSwap(false, true) {
-		c.free()
-	}
-	return err
 }

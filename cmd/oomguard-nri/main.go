@@ -19,6 +19,7 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/cli"
 	"github.com/oomguard/oomguard/internal/configcheck"
+	"github.com/oomguard/oomguard/internal/kubeapi"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/podevents"
 	"github.com/oomguard/oomguard/internal/version"
@@ -105,7 +106,7 @@ func plugin(f flags, stderr io.Writer) int {
 	}
 	p := nriplugin.New(cfg, cfgErr, f.root, log, m)
 	if f.events {
-		c, err := podevents.InCluster(f.apiServer)
+		c, err := kubeapi.InCluster(f.apiServer)
 		if err != nil {
 			log.Error("not recording Events; OOM kills are still logged and counted", "err", err)
 		} else {

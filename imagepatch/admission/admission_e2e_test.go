@@ -4,6 +4,9 @@ package admission
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -260,6 +263,142 @@ func TestE2EWebhook(t *testing.T) {
 	if got := getPod("ml", "down", "{.spec.containers[0].image}"); got != ref("ubuntu:20.04") {
 		t.Fatalf("with the webhook down the pod runs %s, want it unchanged", got)
 	}
+	kubectl("", "delete", "mutatingwebhookconfiguration", "oomguard-imagepatch")
+
+	selfSigned(ctx, t, cp, helm, repo, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
+}
+
+// selfSigned: the webhook's own CA, as the chart deploys it (its RBAC,
+// rendered), through the API server. Two replicas share one Secret owned by
+// the webhook configuration, whose caBundle they fill; pods are patched
+// through the API server; the serving certificate is renewed in the last
+// third of its life and the API server goes on trusting it; deleting the
+// configuration (helm uninstall) takes the Secret.
+func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, helm, repo, bin, registry, pod, want string) {
+	const cfgName, ns, secret = "oomguard-imagepatch-webhook", "oomguard", "oomguard-imagepatch-webhook-tls"
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		var in []byte
+		if stdin != "" {
+			in = []byte(stdin)
+		}
+		out, err := cp.Kubectl(ctx, in, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, cp.Logs(10))
+		}
+		return strings.TrimSpace(string(out))
+	}
+	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", ns,
+		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}",
+		"--show-only", "templates/imagepatch-webhook.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	var rbac []string
+	for _, doc := range strings.Split(string(rendered), "\n---") {
+		for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"} {
+			if strings.Contains(doc, "\nkind: "+kind+"\n") {
+				rbac = append(rbac, doc)
+			}
+		}
+	}
+	if len(rbac) != 5 {
+		t.Fatalf("the chart's webhook has %d RBAC objects, want 5:\n%s", len(rbac), rendered)
+	}
+	kubectl(webhooktest.Namespace(ns, false)+"---\n"+strings.Join(rbac, "\n---\n"), "apply", "-f", "-")
+	dir := t.TempDir()
+	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(token, []byte(kubectl("", "-n", ns, "create", "token", cfgName, "--duration", "1h")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, cp.CA(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The chart makes the configuration with the Deployment; a replica
+	// serves only once the configuration has its CA.
+	placeholder := &webhooktest.Webhook{URL: "https://127.0.0.1:1/mutate"}
+	kubectl(placeholder.Config(cfgName), "apply", "-f", "-")
+	var replicas []*webhooktest.Webhook
+	for range 2 {
+		w, err := webhooktest.StartSelfSigned(bin, "--tls-secret", ns+"/"+secret, "--webhook-configuration", cfgName,
+			"--cert-validity", "30s", "--api-server", fmt.Sprintf("https://127.0.0.1:%d", cp.Port), "--api-token-file", token, "--api-ca-file", ca,
+			"--insecure", "--images", registry+"/base/*", "--skip-namespaces", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			w.Stop()
+			if t.Failed() {
+				t.Logf("self-signed webhook on %d:\n%s", w.Port, w.Log())
+			}
+		}()
+		replicas = append(replicas, w)
+	}
+	kubectl(replicas[0].Config(cfgName), "apply", "-f", "-")
+
+	// One Secret, owned by the configuration; its CA in the caBundle;
+	// both replicas serve a certificate that bundle verifies.
+	var bundle []byte
+	waitFor(t, "the CA bundle in the webhook configuration", func() bool {
+		out, err := cp.Kubectl(ctx, nil, "get", "mutatingwebhookconfiguration", cfgName, "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
+		sec, err2 := cp.Kubectl(ctx, nil, "-n", ns, "get", "secret", secret, "-o", `jsonpath={.data.ca\.crt}`)
+		bundle, _ = base64.StdEncoding.DecodeString(strings.TrimSpace(string(out)))
+		return err == nil && err2 == nil && len(bundle) > 0 && strings.TrimSpace(string(out)) == strings.TrimSpace(string(sec))
+	})
+	if got := kubectl("", "-n", ns, "get", "secret", secret, "-o", "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"); got != "MutatingWebhookConfiguration/"+cfgName {
+		t.Fatalf("the Secret's owner: %s", got)
+	}
+	served := func(w *webhooktest.Webhook) *x509.Certificate {
+		t.Helper()
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(bundle)
+		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", w.Port), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatalf("replica on %d: the bundle does not verify what it serves: %v", w.Port, err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0]
+	}
+	first := served(replicas[0])
+	if second := served(replicas[1]); second.SerialNumber.Cmp(first.SerialNumber) != 0 {
+		t.Fatalf("the replicas serve different certificates: %x, %x", first.SerialNumber, second.SerialNumber)
+	}
+	created := 0
+	admitted := func() string { // not a dry run: that answers from the cache only, and these replicas' is empty
+		created++
+		return kubectl(strings.Replace(pod, `"name":"ca"`, fmt.Sprintf(`"name":"ca-%d"`, created), 1), "create", "-f", "-", "-o", "jsonpath={.spec.containers[0].image}")
+	}
+	if got := admitted(); got != want {
+		t.Fatalf("through the API server with the webhook's own CA the pod runs %s, want %s\n%s", got, want, cp.Logs(20))
+	}
+
+	// Renewed in the last third of its life, trusted without a pause.
+	var renewed *x509.Certificate
+	waitFor(t, "a renewed serving certificate", func() bool {
+		if got := admitted(); got != want {
+			t.Fatalf("while renewing, the pod runs %s, want %s", got, want)
+		}
+		out := kubectl("", "get", "mutatingwebhookconfiguration", cfgName, "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
+		bundle, _ = base64.StdEncoding.DecodeString(out)
+		renewed = served(replicas[0])
+		return renewed.SerialNumber.Cmp(first.SerialNumber) != 0
+	})
+	if time.Until(renewed.NotAfter) < 15*time.Second {
+		t.Fatalf("the renewed certificate expires at %s", renewed.NotAfter)
+	}
+	if got := admitted(); got != want {
+		t.Fatalf("after renewal the pod runs %s, want %s", got, want)
+	}
+	if !strings.Contains(replicas[0].Log()+replicas[1].Log(), "renewed the webhook's certificates") {
+		t.Fatal("no replica logged its renewal")
+	}
+
+	// helm uninstall deletes the configuration: the Secret goes with it.
+	kubectl("", "delete", "mutatingwebhookconfiguration", cfgName)
+	waitFor(t, "the Secret's garbage collection", func() bool {
+		out, err := cp.Kubectl(ctx, nil, "-n", ns, "get", "secret", secret, "--ignore-not-found", "-o", "name")
+		return err == nil && len(out) == 0
+	})
 }
 
 const deployment = `apiVersion: apps/v1

@@ -18,6 +18,10 @@ type Metrics struct {
 	latency  prometheus.Histogram
 	patches  *prometheus.CounterVec
 	patchDur prometheus.Histogram
+
+	certRenewals *prometheus.CounterVec
+	certExpiry   prometheus.Gauge
+	serveErrors  prometheus.Counter
 }
 
 // NewMetrics makes the webhook's metrics, every series there from the start.
@@ -37,6 +41,12 @@ func NewMetrics() *Metrics {
 			[]string{"result"}),
 		patchDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "oomguard_webhook_patch_seconds",
 			Help: "Time one patch on demand took (finding or pushing the result).", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		certRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_webhook_certificate_renewals_total",
+			Help: "Serving certificates (and CAs) this replica made and wrote to its Secret, by result: renewed, failed."}, []string{"result"}),
+		certExpiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_webhook_certificate_expiry_timestamp_seconds",
+			Help: "When the serving certificate in use expires (Unix time)."}),
+		serveErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_webhook_metrics_serve_errors_total",
+			Help: "Times the metrics address could not be bound (retried; admission goes on)."}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_webhook_build_info", Help: "The webhook's version."}, []string{"version", "commit"})
 	build.WithLabelValues(version.Version, version.Commit).Set(1)
@@ -49,7 +59,10 @@ func NewMetrics() *Metrics {
 	for _, s := range []string{"patched", "failed", "skipped"} {
 		m.patches.WithLabelValues(s)
 	}
-	m.Registry.MustRegister(m.reviews, m.images, m.latency, m.patches, m.patchDur, build,
+	for _, r := range []string{"renewed", "failed"} {
+		m.certRenewals.WithLabelValues(r)
+	}
+	m.Registry.MustRegister(m.reviews, m.images, m.latency, m.patches, m.patchDur, m.certRenewals, m.certExpiry, m.serveErrors, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -59,3 +72,5 @@ func (m *Metrics) Finished(r imagepatch.Resolution, d time.Duration) {
 	m.patches.WithLabelValues(string(r.State)).Inc()
 	m.patchDur.Observe(d.Seconds())
 }
+
+func (m *Metrics) certRenewal(result string) { m.certRenewals.WithLabelValues(result).Inc() }

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,48 +12,52 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/oomguard/oomguard/internal/metricsserver"
 )
+
+// Certificates is where the serving certificate comes from: files
+// (CertFiles) or the webhook's own CA (SelfSigned).
+type Certificates interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+}
 
 // Server is the webhook's listeners: HTTPS for the API server, plain HTTP
 // for metrics and health.
 type Server struct {
 	Addr, MetricsAddr string
-	CertFile, KeyFile string
+	Certs             Certificates
 	Handler           *Handler
 	Log               *slog.Logger
 }
 
-// Serve serves until ctx ends. The certificate is read again when its files
-// change (cert-manager or a Secret's rotation, mounted by kubelet).
+// Serve serves until ctx ends. /healthz answers 503 until there is a
+// certificate to serve.
 func (s *Server) Serve(ctx context.Context) error {
-	certs := &certFiles{cert: s.CertFile, key: s.KeyFile}
-	if _, err := certs.get(nil); err != nil {
-		return err
+	healthz := func(w http.ResponseWriter, _ *http.Request) {
+		if _, err := s.Certs.GetCertificate(nil); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", s.Handler)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/healthz", healthz)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		MaxHeaderBytes: 64 << 10, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get},
+		MaxHeaderBytes: 64 << 10, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.Certs.GetCertificate},
 		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug)}
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s for the webhook: %w", s.Addr, err)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	var msrv *http.Server
 	if s.MetricsAddr != "" {
 		mm := http.NewServeMux()
-		mm.Handle("/metrics", promhttp.HandlerFor(s.Handler.m.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second}))
-		mm.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-		msrv = &http.Server{Addr: s.MetricsAddr, Handler: mm, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			// Metrics never stop admission: a port taken is logged, and admission goes on.
-			if err := msrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.Log.Warn("not serving metrics", "address", s.MetricsAddr, "err", err)
-			}
-		}()
+		mm.Handle("/metrics", promhttp.HandlerFor(s.Handler.m.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: metricsserver.WriteTimeout / 2}))
+		mm.HandleFunc("/healthz", healthz)
+		metricsserver.Serve(ctx, s.MetricsAddr, mm, s.Log, s.Handler.m.serveErrors.Inc)
 	}
 	s.Log.Info("serving the admission webhook", "address", ln.Addr().String(), "metrics", s.MetricsAddr)
 	select {
@@ -64,22 +67,29 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if msrv != nil {
-		msrv.Shutdown(sctx)
-	}
 	return srv.Shutdown(sctx)
 }
 
-// certFiles is a key pair read again when either file changes.
-type certFiles struct {
+// CertFiles is a key pair read again when either file changes
+// (cert-manager's or a Secret's rotation, mounted by kubelet).
+type CertFiles struct {
 	cert, key string
+	m         *Metrics
 	mu        sync.Mutex
 	loaded    *tls.Certificate
 	stamp     string
 	checked   time.Time
 }
 
-func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+// NewCertFiles reads the pair in cert and key.
+func NewCertFiles(cert, key string, m *Metrics) (*CertFiles, error) {
+	c := &CertFiles{cert: cert, key: key, m: m}
+	_, err := c.GetCertificate(nil)
+	return c, err
+}
+
+// GetCertificate serves the pair, read again if its files changed.
+func (c *CertFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded != nil && time.Since(c.checked) < time.Second {
@@ -108,5 +118,6 @@ func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		return nil, fmt.Errorf("the webhook's TLS key pair %s, %s: %w", c.cert, c.key, err)
 	}
 	c.loaded, c.stamp = &pair, stamp
+	c.m.certExpiry.Set(float64(pair.Leaf.NotAfter.Unix()))
 	return c.loaded, nil
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oomguard/oomguard/internal/kubeapi"
 )
 
 type apiServer struct {
@@ -51,7 +53,7 @@ func newRecorder(t *testing.T) (*Recorder, *apiServer) {
 	if err := os.WriteFile(tok, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := NewClient(srv.URL, tok, srv.Client().Transport.(*http.Transport).TLSClientConfig)
+	c := kubeapi.NewClient(srv.URL, tok, srv.Client().Transport.(*http.Transport).TLSClientConfig)
 	return NewRecorder(c, "oomguard-nri", "node-1", slog.New(slog.DiscardHandler)), api
 }
 

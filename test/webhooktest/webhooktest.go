@@ -41,6 +41,17 @@ func Start(bin, dir string, args ...string) (*Webhook, error) {
 	if err != nil {
 		return nil, err
 	}
+	return start(bin, caPEM, append([]string{"--tls-cert-file", cert, "--tls-key-file", key}, args...))
+}
+
+// StartSelfSigned runs bin's webhook on a free loopback port making its own
+// certificate (args name the Secret, the configuration, the API server) and
+// waits until it serves TLS; Review does not trust it: the API server does.
+func StartSelfSigned(bin string, args ...string) (*Webhook, error) {
+	return start(bin, nil, append([]string{"--tls-hosts", "127.0.0.1"}, args...))
+}
+
+func start(bin string, caPEM []byte, args []string) (*Webhook, error) {
 	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
@@ -49,8 +60,7 @@ func Start(bin, dir string, args ...string) (*Webhook, error) {
 	pool.AppendCertsFromPEM(caPEM)
 	w := &Webhook{Port: port, CAPEM: caPEM, URL: fmt.Sprintf("https://127.0.0.1:%d/mutate", port),
 		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
-	w.cmd = exec.Command(bin, append([]string{"webhook", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-address", "",
-		"--tls-cert-file", cert, "--tls-key-file", key}, args...)...)
+	w.cmd = exec.Command(bin, append([]string{"webhook", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-address", ""}, args...)...)
 	w.cmd.Stdout, w.cmd.Stderr = &w.log, &w.log
 	if err := w.cmd.Start(); err != nil {
 		return nil, err
@@ -99,15 +109,19 @@ func (w *Webhook) Review(ctx context.Context, body []byte) ([]byte, error) {
 
 // Config is the chart's MutatingWebhookConfiguration for this webhook, by
 // URL: pods created (and ephemeral containers added) in namespaces labelled
-// Label=enabled, never kube-system.
+// Label=enabled, never kube-system; with no caBundle if w makes its own.
 func (w *Webhook) Config(name string) string {
+	ca := ""
+	if len(w.CAPEM) > 0 {
+		ca = ", caBundle: " + base64.StdEncoding.EncodeToString(w.CAPEM)
+	}
 	return fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
 metadata: {name: %s}
 webhooks:
 - name: images.oomguard.io
   admissionReviewVersions: [v1]
-  clientConfig: {url: %q, caBundle: %s}
+  clientConfig: {url: %q%s}
   rules:
   - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods], scope: Namespaced}
   - {apiGroups: [""], apiVersions: [v1], operations: [UPDATE], resources: [pods/ephemeralcontainers], scope: Namespaced}
@@ -119,7 +133,7 @@ webhooks:
   sideEffects: NoneOnDryRun
   timeoutSeconds: 10
   reinvocationPolicy: IfNeeded
-`, name, w.URL, base64.StdEncoding.EncodeToString(w.CAPEM), Label)
+`, name, w.URL, ca, Label)
 }
 
 // Namespace is a namespace's manifest, opted in to the webhook or not.

@@ -138,6 +138,18 @@ func TestE2EChartMatchesKustomization(t *testing.T) {
 	if hook["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Annotations["checksum/config"] == "" {
 		t.Fatal("in hook mode the chart's pods carry no checksum of the configuration")
 	}
+	// Helm's own labels say who manages the objects: kustomize's are not Helm's.
+	helmOnly := func(labels map[string]string) {
+		if labels["app.kubernetes.io/managed-by"] != "Helm" || !strings.HasPrefix(labels["helm.sh/chart"], "oomguard-") {
+			t.Errorf("the chart's labels %v lack managed-by and chart", labels)
+		}
+		delete(labels, "app.kubernetes.io/managed-by")
+		delete(labels, "helm.sh/chart")
+	}
+	helmOnly(h["DaemonSet"].(*appsv1.DaemonSet).Labels)
+	helmOnly(h["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Labels)
+	helmOnly(h["ConfigMap"].(*corev1.ConfigMap).Labels)
+	helmOnly(h["ServiceAccount"].(*corev1.ServiceAccount).Labels)
 	for _, kind := range []string{"DaemonSet", "ConfigMap", "ServiceAccount"} {
 		if !reflect.DeepEqual(h[kind], k[kind]) {
 			hj, _ := json.MarshalIndent(h[kind], "", " ")
@@ -306,5 +318,96 @@ func TestE2EChartSchema(t *testing.T) {
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("--set %s: %v, want the schema to refuse it (%q):\n%s", tc.set, err, tc.want, out)
 		}
+	}
+}
+
+// What a platform team expects of a chart: names prefixed by the release
+// (two releases in one namespace do not collide), the recommended labels on
+// every object and selectors of name, instance and component only, the
+// image's tag from the chart's appVersion, Linux nodes that are not
+// virtual, and the pod-level values passed through.
+func TestE2EChartOperable(t *testing.T) {
+	appVersion := ""
+	for _, l := range strings.Split(tool(t, "helm", "show", "chart", chart), "\n") {
+		if v, ok := strings.CutPrefix(l, "appVersion: "); ok {
+			appVersion = v
+		}
+	}
+	webhook := []string{"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}", "--set", "podMonitor.enabled=true"}
+	names := map[string]string{}
+	for _, release := range []string{"oomguard", "gpu"} {
+		out := tool(t, "helm", append([]string{"template", release, chart, "--namespace", "kube-system"}, webhook...)...)
+		for _, doc := range strings.Split(out, "\n---") {
+			j, err := yaml.YAMLToJSON([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var o struct {
+				Kind     string
+				Metadata struct {
+					Name   string
+					Labels map[string]string
+				}
+				Spec struct {
+					Selector json.RawMessage
+				}
+			}
+			json.Unmarshal(j, &o)
+			if o.Kind == "" {
+				continue
+			}
+			if prev, ok := names[o.Kind+"/"+o.Metadata.Name]; ok && prev != release {
+				t.Errorf("%s/%s is in releases %s and %s", o.Kind, o.Metadata.Name, prev, release)
+			}
+			names[o.Kind+"/"+o.Metadata.Name] = release
+			if release == "gpu" && !strings.HasPrefix(o.Metadata.Name, "gpu-oomguard-") {
+				t.Errorf("%s %s: not prefixed by the release", o.Kind, o.Metadata.Name)
+			}
+			l := o.Metadata.Labels
+			if l["app.kubernetes.io/name"] != "oomguard" || l["app.kubernetes.io/instance"] != release || l["app.kubernetes.io/version"] != appVersion ||
+				l["app.kubernetes.io/managed-by"] != "Helm" || !strings.HasPrefix(l["helm.sh/chart"], "oomguard-") {
+				t.Errorf("%s %s: labels %v", o.Kind, o.Metadata.Name, l)
+			}
+			if sel := string(o.Spec.Selector); sel != "" && !strings.Contains(sel, `"app.kubernetes.io/instance":"`+release+`"`) || strings.Contains(sel, "version") {
+				t.Errorf("%s %s: selector %s", o.Kind, o.Metadata.Name, sel)
+			}
+		}
+	}
+
+	o := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system"))
+	spec := o["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
+	if spec.NodeSelector["kubernetes.io/os"] != "linux" || spec.Affinity == nil || spec.Affinity.NodeAffinity == nil {
+		t.Fatalf("by default on Linux nodes that are not virtual: nodeSelector %v, affinity %+v", spec.NodeSelector, spec.Affinity)
+	}
+	if img := spec.Containers[0].Image; img != "ghcr.io/oomguard/oomguard:"+appVersion {
+		t.Fatalf("the image %s, want the chart's appVersion %s as its tag", img, appVersion)
+	}
+
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	os.WriteFile(values, []byte(`imagePullSecrets: [{name: regcred}]
+podLabels: {team: platform}
+podAnnotations: {example.com/scrape: "false"}
+affinity: null
+nodeSelector: {pool: gpu}
+updateStrategy: {type: OnDelete}
+initResources: {limits: {memory: 40Mi}}
+podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}}
+`), 0o644)
+	o = objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "-f", values))
+	ds := o["DaemonSet"].(*appsv1.DaemonSet)
+	spec = ds.Spec.Template.Spec
+	if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "regcred" || ds.Spec.Template.Labels["team"] != "platform" ||
+		ds.Spec.Template.Annotations["example.com/scrape"] != "false" || spec.Affinity != nil || !reflect.DeepEqual(spec.NodeSelector, map[string]string{"pool": "gpu", "kubernetes.io/os": "linux"}) ||
+		ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate != nil || ds.Spec.Selector.MatchLabels["team"] != "" {
+		t.Fatalf("pod values not passed through: %+v", ds)
+	}
+	if m := spec.InitContainers[0].Resources.Limits.Memory().String(); m != "40Mi" {
+		t.Fatalf("the init container's memory limit %s", m)
+	}
+	if m := spec.Containers[0].Resources.Limits.Memory().String(); m != "64Mi" {
+		t.Fatalf("the plugin's memory limit %s (initResources must not change it)", m)
+	}
+	if pm := o["PodMonitor"].(*podMonitor); pm.Metadata.Labels["release"] != "kube-prometheus-stack" || pm.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != "node-agent" {
+		t.Fatalf("PodMonitor: %+v", pm)
 	}
 }

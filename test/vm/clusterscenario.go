@@ -573,7 +573,7 @@ func (r *clusterRun) upgrade(ctx context.Context) error {
 		return err
 	}
 	pods := func() string {
-		out, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o", "name")
+		out, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/component=node-agent", "-o", "name")
 		return strings.TrimSpace(string(out))
 	}
 	before := pods()
@@ -605,7 +605,7 @@ func (r *clusterRun) upgrade(ctx context.Context) error {
 		return fmt.Errorf("the plugin's metrics with an invalid configuration: %v\n%s", err, out)
 	}
 	if err := r.poll(ctx, time.Minute, "the plugin's pod not Ready", func() (bool, error) {
-		out, err := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=oomguard-nri", "-o",
+		out, err := r.Kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/component=node-agent", "-o",
 			`jsonpath={.items[0].status.containerStatuses[?(@.name=="oomguard-nri")].ready}`)
 		return err == nil && strings.TrimSpace(string(out)) == "false", nil
 	}); err != nil {

@@ -2,12 +2,36 @@
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
 
+{{- /* The release's prefix for every name: the release's name if it says
+oomguard, else RELEASE-oomguard; 40 characters at most, so that the longest
+suffix (-imagepatch-webhook-tls) keeps names within 63. */ -}}
+{{- define "oomguard.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Selector labels never change: a DaemonSet's and a Deployment's
+selector is immutable. Each workload adds app.kubernetes.io/component. */ -}}
+{{- define "oomguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{- define "oomguard.labels" -}}
-app.kubernetes.io/name: oomguard-nri
+{{ include "oomguard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: oomguard
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 }}
 {{- end -}}
 
 {{- /* What every init container shares: it writes the runtime's configuration
@@ -18,7 +42,7 @@ unless the node's root is a shared mount. */ -}}
 securityContext:
   privileged: true
 resources:
-  {{- toYaml .Values.resources | nindent 2 }}
+  {{- toYaml .Values.initResources | nindent 2 }}
 volumeMounts:
   - name: host-etc
     mountPath: /host/etc

@@ -63,3 +63,13 @@ volumeMounts:
     mountPath: /etc/oomguard
     readOnly: true
 {{- end -}}
+
+{{- /* A Go duration (5m, 90s, 1h30m) in seconds, for PromQL. */ -}}
+{{- define "oomguard.seconds" -}}
+{{- $total := 0 -}}
+{{- range $n := regexFindAll "[0-9]+(h|m|s)" . -1 -}}
+{{- $v := int (trimSuffix "h" (trimSuffix "m" (trimSuffix "s" $n))) -}}
+{{- if hasSuffix "h" $n }}{{ $total = add $total (mul $v 3600) }}{{ else if hasSuffix "m" $n }}{{ $total = add $total (mul $v 60) }}{{ else }}{{ $total = add $total $v }}{{ end -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}

@@ -265,7 +265,7 @@ func TestE2EWebhook(t *testing.T) {
 	}
 	kubectl("", "delete", "mutatingwebhookconfiguration", "oomguard-imagepatch")
 
-	selfSigned(ctx, t, cp, helm, repo, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
+	selfSigned(ctx, t, cp, kubectl, helm, repo, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
 }
 
 // selfSigned: the webhook's own CA, as the chart deploys it (its RBAC,
@@ -274,20 +274,9 @@ func TestE2EWebhook(t *testing.T) {
 // through the API server; the serving certificate is renewed in the last
 // third of its life and the API server goes on trusting it; deleting the
 // configuration (helm uninstall) takes the Secret.
-func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, helm, repo, bin, registry, pod, want string) {
+func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, kubectlRaw func(string, ...string) string, helm, repo, bin, registry, pod, want string) {
 	const cfgName, ns, secret = "oomguard-imagepatch-webhook", "oomguard", "oomguard-imagepatch-webhook-tls"
-	kubectl := func(stdin string, args ...string) string {
-		t.Helper()
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
-		}
-		out, err := cp.Kubectl(ctx, in, args...)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, cp.Logs(10))
-		}
-		return strings.TrimSpace(string(out))
-	}
+	kubectl := func(stdin string, args ...string) string { return strings.TrimSpace(kubectlRaw(stdin, args...)) }
 	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", ns,
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}",
 		"--show-only", "templates/imagepatch-webhook.yaml").Output()

@@ -146,15 +146,15 @@ func podBurst(dir string, wh *webhooktest.Webhook, image string, n int) (map[str
 		return nil, err
 	}
 	defer cp.Stop()
-	noop, err := allowAll(filepath.Join(dir, "noop"))
+	noopSrv, noop, err := allowAll(filepath.Join(dir, "noop"))
 	if err != nil {
 		return nil, err
 	}
-	defer noop.Close()
+	defer noopSrv.Close()
 	const noopLabel = "oomguard.io/bench-allow-all"
-	cfg := wh.Config("bench") + "---\n" + strings.Replace(noop.Webhook.Config("bench-noop"), webhooktest.Label, noopLabel, 1) + "---\n" +
+	cfg := wh.Config("bench") + "---\n" + noop.ConfigSelecting("bench-noop", noopLabel) + "---\n" +
 		webhooktest.Namespace("ml", true) + "---\n" + webhooktest.Namespace("plain", false) + "---\n" +
-		fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: noop\n  labels: {%s: enabled}\n", noopLabel)
+		webhooktest.LabelledNamespace("noop", noopLabel)
 	if _, err := cp.Kubectl(ctx, []byte(cfg), "apply", "-f", "-"); err != nil {
 		return nil, err
 	}
@@ -194,18 +194,18 @@ func podBurst(dir string, wh *webhooktest.Webhook, image string, n int) (map[str
 }
 
 // allowAll serves a webhook that allows every review unchanged, over TLS
-// as the API server calls webhooks.
-func allowAll(dir string) (*allowAllServer, error) {
+// as the API server calls webhooks; the Webhook is where it is, to register.
+func allowAll(dir string) (*httptest.Server, *webhooktest.Webhook, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	caPEM, cert, key, err := tlstest.ServingCert(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var rv struct {
@@ -216,10 +216,5 @@ func allowAll(dir string) (*allowAllServer, error) {
 	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	srv.StartTLS()
-	return &allowAllServer{Server: srv, Webhook: &webhooktest.Webhook{URL: srv.URL + "/", CAPEM: caPEM}}, nil
-}
-
-type allowAllServer struct {
-	*httptest.Server
-	*webhooktest.Webhook
+	return srv, &webhooktest.Webhook{URL: srv.URL + "/", CAPEM: caPEM}, nil
 }

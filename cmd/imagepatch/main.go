@@ -50,7 +50,7 @@ const targetsHelp = "Targets: REF... (repo:tag), --from-file FILE (one a line), 
 func program() *cli.Command {
 	patchCmd := func(name, help string) *cli.Command {
 		var f flags
-		c := &cli.Command{Name: name, Help: help, Args: "[REF...]", MaxArgs: -1, Interspersed: true, Flags: patchFlags(&f, true)}
+		c := &cli.Command{Name: name, Help: help, Args: "[REF...]", MaxArgs: -1, Interspersed: true, Flags: patchFlags(&f, true, 30*time.Minute, runTimeout)}
 		c.Run = func(ctx context.Context, refs []string, s cli.IO) int {
 			p, tr, nameOpts, ropts, err := newPatcher(f)
 			if err != nil {
@@ -72,7 +72,7 @@ func program() *cli.Command {
 	}
 	var rf flags
 	resolveCmd := &cli.Command{Name: "resolve", Help: "Print the patched reference (repo@digest), patching on demand.",
-		Args: "IMAGE", MinArgs: 1, MaxArgs: 1, Interspersed: true, Flags: patchFlags(&rf, false)}
+		Args: "IMAGE", MinArgs: 1, MaxArgs: 1, Interspersed: true, Flags: patchFlags(&rf, false, 30*time.Minute, runTimeout)}
 	resolveCmd.Run = func(ctx context.Context, refs []string, s cli.IO) int {
 		p, tr, nameOpts, _, err := newPatcher(rf)
 		if err != nil {
@@ -101,7 +101,9 @@ func program() *cli.Command {
 	}
 }
 
-func patchFlags(f *flags, selecting bool) func(*flag.FlagSet) {
+const runTimeout = "give up on the whole run after this long"
+
+func patchFlags(f *flags, selecting bool, timeout time.Duration, timeoutHelp string) func(*flag.FlagSet) {
 	return func(fs *flag.FlagSet) {
 		fs.StringVar(&f.spec, "spec", "", "patch spec TOML `FILE` (default: the built-in oomguard-init shim)")
 		if selecting {
@@ -117,7 +119,7 @@ func patchFlags(f *flags, selecting bool) func(*flag.FlagSet) {
 		fs.StringVar(&f.template, "tag-template", imagepatch.DefaultTagTemplate, "destination tag `TEMPLATE`; fields .Tag .Patch .Version .Repo")
 		fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 429 and 5xx, with backoff")
 		fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
-		fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up on the whole run after this long")
+		fs.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
 		fs.DurationVar(&f.requestTimeout, "request-timeout", imagepatch.DefaultTransportOptions.RequestTimeout, "give up on one registry request (its answer included) after this long")
 		fs.BoolVar(&f.allowPrivate, "allow-private-token-hosts", false, "send credentials to a token server at a private, loopback or link-local address other than the registry's own (an in-cluster one)")
 	}

@@ -29,9 +29,7 @@ func webhookCmd() *cli.Command {
 	c := &cli.Command{Name: "webhook", Help: "Serve a mutating admission webhook that runs pods on their patched images,\n" +
 		"patching on demand (never refusing a pod: what is not patched in time runs as it is).",
 		Flags: func(fs *flag.FlagSet) {
-			patchFlags(&f, false)(fs)
-			f.timeout = 10 * time.Minute
-			fs.Lookup("timeout").Usage, fs.Lookup("timeout").DefValue = "give up on one patch on demand after this long", f.timeout.String()
+			patchFlags(&f, false, 10*time.Minute, "give up on one patch on demand after this long")(fs)
 			fs.StringVar(&w.listen, "listen", ":8443", "serve HTTPS admission reviews at `ADDR` (/mutate)")
 			fs.StringVar(&w.metrics, "metrics-address", ":9742", "serve /metrics and /healthz over HTTP at `ADDR` (\"\": none)")
 			fs.StringVar(&w.cert, "tls-cert-file", "", "serving certificate `FILE` (PEM), read again when it changes")

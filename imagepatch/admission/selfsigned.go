@@ -29,7 +29,6 @@ type SelfSigned struct {
 	Log               *slog.Logger
 	Metrics           *Metrics
 
-	now  func() time.Time
 	cert atomic.Pointer[tls.Certificate]
 }
 
@@ -97,10 +96,6 @@ type webhookConfiguration struct {
 // and redone if another replica wrote first), puts its bundle into the
 // webhook configuration, and only then serves the pair.
 func (s *SelfSigned) Reconcile(ctx context.Context) error {
-	now := time.Now
-	if s.now != nil {
-		now = s.now
-	}
 	cfgPath := "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/" + s.Webhook
 	var cfg webhookConfiguration
 	if err := s.API.Do(ctx, http.MethodGet, cfgPath, "", nil, &cfg); err != nil {
@@ -117,7 +112,7 @@ func (s *SelfSigned) Reconcile(ctx context.Context) error {
 			return fmt.Errorf("reading the Secret %s/%s: %w", s.Namespace, s.Secret, err)
 		}
 		kp = keyPair{Bundle: cur.Data[keyBundle], CAKey: cur.Data[keyCAKey], Cert: cur.Data[keyCert], Key: cur.Data[keyKey]}
-		next, why, err := renew(kp, s.Hosts, s.Validity, now())
+		next, why, err := renew(kp, s.Hosts, s.Validity, time.Now())
 		if err != nil {
 			return fmt.Errorf("making the webhook's certificates: %w", err)
 		}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/promql/parser"
-	"sigs.k8s.io/yaml"
 )
 
 // The chart's PrometheusRule and Grafana dashboard: every expression
@@ -50,11 +49,7 @@ func TestE2EChartAlertsAndDashboard(t *testing.T) {
 	out := tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "--set", "prometheusRule.enabled=true",
 		"--set", "prometheusRule.labels.release=kps", "--set", "grafanaDashboard.enabled=true", "--set", "doctor.interval=1h30m")
 	var alerts []string
-	for _, doc := range strings.Split(out, "\n---") {
-		j, err := yaml.YAMLToJSON([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, j := range documents(t, out) {
 		var o struct {
 			Kind     string
 			Metadata struct{ Labels map[string]string }

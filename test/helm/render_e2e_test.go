@@ -69,11 +69,9 @@ type podMonitor struct {
 	} `json:"spec"`
 }
 
-// objects decodes every document strictly into its k8s.io/api type: an
-// unknown or misspelt field fails, as the API server would refuse it.
-func objects(t *testing.T, rendered string) map[string]any {
+// documents is each non-empty document helm rendered, as JSON.
+func documents(t *testing.T, rendered string) (out [][]byte) {
 	t.Helper()
-	out := map[string]any{}
 	for _, doc := range strings.Split(rendered, "\n---") {
 		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
 			continue
@@ -82,6 +80,17 @@ func objects(t *testing.T, rendered string) map[string]any {
 		if err != nil {
 			t.Fatalf("not YAML: %v\n%s", err, doc)
 		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// objects decodes every document strictly into its k8s.io/api type: an
+// unknown or misspelt field fails, as the API server would refuse it.
+func objects(t *testing.T, rendered string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, j := range documents(t, rendered) {
 		var head struct {
 			Kind     string
 			Metadata struct{ Annotations map[string]string }
@@ -104,12 +113,12 @@ func objects(t *testing.T, rendered string) map[string]any {
 		case "PodMonitor":
 			obj = &podMonitor{}
 		default:
-			t.Fatalf("unexpected kind %q:\n%s", head.Kind, doc)
+			t.Fatalf("unexpected kind %q:\n%s", head.Kind, j)
 		}
 		dec := json.NewDecoder(bytes.NewReader(j))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(obj); err != nil {
-			t.Fatalf("%s does not decode strictly: %v\n%s", head.Kind, err, doc)
+			t.Fatalf("%s does not decode strictly: %v\n%s", head.Kind, err, j)
 		}
 		key := head.Kind
 		if head.Metadata.Annotations["helm.sh/hook"] != "" {
@@ -337,11 +346,7 @@ func TestE2EChartOperable(t *testing.T) {
 	names := map[string]string{}
 	for _, release := range []string{"oomguard", "gpu"} {
 		out := tool(t, "helm", append([]string{"template", release, chart, "--namespace", "kube-system"}, webhook...)...)
-		for _, doc := range strings.Split(out, "\n---") {
-			j, err := yaml.YAMLToJSON([]byte(doc))
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, j := range documents(t, out) {
 			var o struct {
 				Kind     string
 				Metadata struct {

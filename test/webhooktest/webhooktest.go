@@ -110,7 +110,10 @@ func (w *Webhook) Review(ctx context.Context, body []byte) ([]byte, error) {
 // Config is the chart's MutatingWebhookConfiguration for this webhook, by
 // URL: pods created (and ephemeral containers added) in namespaces labelled
 // Label=enabled, never kube-system; with no caBundle if w makes its own.
-func (w *Webhook) Config(name string) string {
+func (w *Webhook) Config(name string) string { return w.ConfigSelecting(name, Label) }
+
+// ConfigSelecting is Config for the namespaces labelled label=enabled.
+func (w *Webhook) ConfigSelecting(name, label string) string {
 	ca := ""
 	if len(w.CAPEM) > 0 {
 		ca = ", caBundle: " + base64.StdEncoding.EncodeToString(w.CAPEM)
@@ -133,13 +136,18 @@ webhooks:
   sideEffects: NoneOnDryRun
   timeoutSeconds: 10
   reinvocationPolicy: IfNeeded
-`, name, w.URL, ca, Label)
+`, name, w.URL, ca, label)
 }
 
 // Namespace is a namespace's manifest, opted in to the webhook or not.
 func Namespace(name string, optIn bool) string {
 	if optIn {
-		return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels: {%s: enabled}\n", name, Label)
+		return LabelledNamespace(name, Label)
 	}
 	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", name)
+}
+
+// LabelledNamespace is a namespace's manifest with label=enabled.
+func LabelledNamespace(name, label string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels: {%s: enabled}\n", name, label)
 }

@@ -28,7 +28,7 @@ FUZZ := ./config:FuzzParse ./internal/policy:FuzzAnnotations ./internal/policy:F
 	./imagepatch/admission:FuzzReview
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
-HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./internal/execwatch/ ./internal/kmsg/ ./test/controlplane/ ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
+HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./internal/kubeapi/ ./internal/execwatch/ ./internal/kmsg/ ./test/controlplane/ ./initshim/... ./nri-plugin/... ./imagepatch/... ./internal/release/... ./cmd/oomguard-nri/
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 

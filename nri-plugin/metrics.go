@@ -2,6 +2,7 @@ package nriplugin
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -37,7 +38,10 @@ type Metrics struct {
 	configValid  prometheus.Gauge
 	configInfo   *prometheus.GaugeVec
 	reloads      *prometheus.CounterVec
+	restartWait  prometheus.Gauge
+	restarts     *prometheus.CounterVec
 	isConnected  atomic.Bool
+	waiting      atomic.Pointer[string] // the runtimes the node waits for to restart
 	badConfig    atomic.Pointer[string] // why the configuration last read is not in force
 }
 
@@ -86,6 +90,10 @@ func NewMetrics() *Metrics {
 			[]string{"hash", "source"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_config_reloads_total",
 			Help: "Changed configurations read after the start, by result (success, failure: the one in force stays)."}, []string{"result"}),
+		restartWait: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_runtime_restart_pending",
+			Help: "1 while the node's runtime must restart to read the NRI configuration oomguard wrote (new containers get kubelet's settings until then)."}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_runtime_restarts_total",
+			Help: "Restarts of the node's runtime by oomguard (restartRuntime), by result (failure: the job failed, or NRI did not come up)."}, []string{"result"}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
@@ -104,11 +112,13 @@ func NewMetrics() *Metrics {
 		m.errors.WithLabelValues(phase)
 		m.refusals.WithLabelValues(phase)
 	}
-	m.reloads.WithLabelValues("success")
-	m.reloads.WithLabelValues("failure")
+	for _, r := range []string{"success", "failure"} {
+		m.reloads.WithLabelValues(r)
+		m.restarts.WithLabelValues(r)
+	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
 		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, m.predictions,
-		m.configValid, m.configInfo, m.reloads, buildInfo,
+		m.configValid, m.configInfo, m.reloads, m.restartWait, m.restarts, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -136,7 +146,8 @@ func (m *Metrics) setConfigValid(why error) {
 	m.configValid.Set(0)
 }
 
-// Serve exposes /metrics and /healthz (200 while connected) on addr until
+// Serve exposes /metrics and /healthz (200 while connected, or waiting for
+// the runtime's restart) on addr until
 // ctx ends. It returns at once: an address that cannot be bound (a port
 // taken) is logged, counted and retried, and never stops enforcement.
 func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
@@ -147,16 +158,30 @@ func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
 		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		switch bad := m.badConfig.Load(); {
-		case !m.isConnected.Load():
-			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
+		switch bad, waiting := m.badConfig.Load(), m.waiting.Load(); {
 		case bad != nil:
 			http.Error(w, "configuration invalid, the last good one (or none) in force: "+*bad, http.StatusServiceUnavailable)
+		case !m.isConnected.Load() && waiting != nil:
+			// Not a failure: the rollout goes on, the gauge and the node's condition say it.
+			fmt.Fprintf(w, "waiting for %s to restart and read oomguard's NRI configuration\n", *waiting)
+		case !m.isConnected.Load():
+			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
 		default:
 			w.Write([]byte("ok\n"))
 		}
 	})
 	metricsserver.Serve(ctx, addr, mux, log, m.serveErrors.Inc)
+}
+
+// setWaiting records the runtimes waited for ("" for none).
+func (m *Metrics) setWaiting(units string) {
+	if units == "" {
+		m.waiting.Store(nil)
+		m.restartWait.Set(0)
+		return
+	}
+	m.waiting.Store(&units)
+	m.restartWait.Set(1)
 }
 
 func (m *Metrics) setConnected(on bool) {

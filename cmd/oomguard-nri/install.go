@@ -19,10 +19,12 @@ func installCommand(name, help string) *cli.Command {
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&o.Root, "root", "/", "the node's filesystem root `DIR`")
 			fs.BoolVar(&o.DryRun, "dry-run", false, "show what would change without changing anything")
-			fs.BoolVar(&restart, "restart-runtime", false, "restart the runtime through the node's systemd when its configuration changed (running containers keep running)")
+			fs.BoolVar(&restart, "restart-runtime", false, "restart the runtime through the node's systemd when its configuration changed, or it has not read it since (running containers keep running)")
 			if name == "uninstall" {
 				return
 			}
+			fs.StringVar(&o.ProcRoot, "proc-root", "", "the `DIR` whose /proc shows the node's processes, to tell whether the runtime read its configuration (default: --root)")
+			fs.StringVar(&o.StateFile, "state", "", "write what is left to do (the runtimes still to restart) to `FILE`, for the plugin beside it")
 			fs.StringVar(&o.Runtime, "runtime", "auto", "`RUNTIME`: auto, containerd, crio, or both")
 			fs.StringVar(&o.Binary, "binary", "", "the oomguard-nri binary `PATH` to install (default: this one)")
 			fs.StringVar(&o.ConfigPath, "config", config.DefaultPath, "the oomguard configuration `FILE` the plugin reads, as a path on the node")
@@ -33,6 +35,9 @@ func installCommand(name, help string) *cli.Command {
 		Run: func(_ context.Context, _ []string, s cli.IO) int {
 			if restart {
 				o.Restart = systemd.RestartUnit
+			}
+			if o.ProcRoot == "" {
+				o.ProcRoot = o.Root
 			}
 			var err error
 			if name == "uninstall" {

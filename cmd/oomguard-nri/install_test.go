@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +31,9 @@ func readShipped(t *testing.T) string {
 func TestMain(m *testing.M) {
 	if os.Getenv("OOMGUARD_TEST_MAIN") == "1" { // this binary, run as oomguard-nri
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if node := os.Getenv("OOMGUARD_TEST_RUNTIME"); node != "" { // this binary, run as a runtime
+		os.Exit(standInRuntime(node))
 	}
 	logrus.SetLevel(logrus.ErrorLevel) // the NRI adaptation's own chatter
 	os.Exit(m.Run())
@@ -542,5 +548,133 @@ func TestUninstallKeepsImportsOthersUse(t *testing.T) {
 				t.Fatalf("the imports the NVIDIA drop-in needs are gone: %v\n%s", err, b)
 			}
 		})
+	}
+}
+
+// A runtime that serves NRI already (containerd >= 2.0 and CRI-O >= 1.30 by
+// default) needs nothing: install --nri-only writes nothing and asks for no
+// restart, unless a file of its configuration would turn NRI off or move
+// its socket at the next start; a socket nothing listens on is no runtime's.
+func TestInstallNRIAlreadyOn(t *testing.T) {
+	const c2 = "version = 3\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n"
+	for name, tc := range map[string]struct {
+		files   map[string]string
+		live    bool // something listens on the socket
+		stale   bool // a socket file nothing listens on
+		unknown bool // want the usual install
+	}{
+		"containerd 2.x by default":    {files: map[string]string{install.ContainerdConfig: c2}, live: true},
+		"containerd without a file":    {files: map[string]string{"/etc/containerd/.keep": ""}, live: true},
+		"containerd, NRI not serving":  {files: map[string]string{install.ContainerdConfig: c2}, unknown: true},
+		"containerd, a stale socket":   {files: map[string]string{install.ContainerdConfig: c2}, stale: true, unknown: true},
+		"containerd, NRI on by a file": {files: map[string]string{install.ContainerdConfig: c2 + "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n"}, live: true},
+		"containerd, off at the next start": {files: map[string]string{install.ContainerdConfig: "imports = [\"/etc/containerd/conf.d/*.toml\"]\n" + c2,
+			"/etc/containerd/conf.d/05-off.toml": "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n"}, live: true, unknown: true},
+		"containerd, socket elsewhere": {files: map[string]string{install.ContainerdConfig: c2 + "[plugins.\"io.containerd.nri.v1.nri\"]\n  socket_path = \"/run/other.sock\"\n"}, live: true, unknown: true},
+		"CRI-O by default":             {files: map[string]string{install.CRIOConfig: "[crio.runtime]\ndefault_runtime = \"runc\"\n"}, live: true},
+		"CRI-O, off by a drop-in": {files: map[string]string{install.CRIOConfig: "[crio.nri]\nenable_nri = true\n",
+			"/etc/crio/crio.conf.d/05-off.conf": "[crio.nri]\nenable_nri = false\n"}, live: true, unknown: true},
+		"CRI-O, listening elsewhere": {files: map[string]string{install.CRIOConfig: "[crio.nri]\nnri_listen = \"/run/other.sock\"\n"}, live: true, unknown: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, content := range tc.files {
+				os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+				os.WriteFile(filepath.Join(root, p), []byte(content), 0o644)
+			}
+			sock := filepath.Join(root, "var/run/nri/nri.sock")
+			os.MkdirAll(filepath.Dir(sock), 0o755)
+			if tc.live || tc.stale {
+				l, err := net.Listen("unix", sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.stale {
+					l.(*net.UnixListener).SetUnlinkOnClose(false)
+					l.Close()
+				} else {
+					defer l.Close()
+				}
+			}
+			before := snapshotTree(t, root)
+			out, code := runInstall(t, "install", "--nri-only", "--root", root)
+			if code != 0 {
+				t.Fatalf("install: %d %s", code, out)
+			}
+			on := strings.Contains(out, "unchanged: NRI is on in the running runtime at /var/run/nri/nri.sock") && !strings.Contains(out, "restart the runtime")
+			if on == tc.unknown {
+				t.Fatalf("NRI on already: %v, want %v:\n%s", on, !tc.unknown, out)
+			}
+			if after := snapshotTree(t, root); on && after != before {
+				t.Fatalf("changed the node:\nbefore %s\nafter %s", before, after)
+			}
+		})
+	}
+}
+
+// snapshotTree lists every path below root with its content.
+func snapshotTree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, "%s=%q\n", strings.TrimPrefix(p, root), c)
+		} else if err == nil {
+			fmt.Fprintf(&b, "%s %v\n", strings.TrimPrefix(p, root), d.Type())
+		}
+		return nil
+	})
+	return b.String()
+}
+
+// What install leaves for the plugin: the runtime that has not read
+// oomguard's drop-in (its process started before the file), and, on a run
+// that changes nothing (the pod made again), still that runtime, until it
+// runs again as another process.
+func TestInstallStateOfTheRuntime(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc/containerd"), 0o755)
+	os.WriteFile(filepath.Join(root, install.ContainerdConfig), []byte(containerd2Config), 0o644)
+	boot := time.Now().Add(-time.Hour).Truncate(time.Second)
+	proc := func(pid int, startedAfterBoot time.Duration) {
+		d := filepath.Join(root, "proc", strconv.Itoa(pid))
+		os.MkdirAll(d, 0o755)
+		ticks := int64(startedAfterBoot / (time.Second / 100))
+		os.WriteFile(filepath.Join(d, "stat"), fmt.Appendf(nil, "%d (containerd) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 1 1\n", pid, ticks), 0o644)
+	}
+	os.MkdirAll(filepath.Join(root, "proc"), 0o755)
+	os.WriteFile(filepath.Join(root, "proc/stat"), fmt.Appendf(nil, "cpu 1 2\nbtime %d\n", boot.Unix()), 0o644)
+	proc(77, time.Minute) // started 59 minutes ago
+	state := filepath.Join(t.TempDir(), "state.json")
+	read := func() install.State {
+		t.Helper()
+		s, err := install.ReadState(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	args := []string{"install", "--nri-only", "--root", root, "--state", state}
+	out, code := runInstall(t, args...)
+	if s := read(); code != 0 || len(s.Pending) != 1 || s.Pending[0].Unit != "containerd.service" || s.Pending[0].Process.PID != 77 || s.Socket != "/var/run/nri/nri.sock" {
+		t.Fatalf("install: %d %s\nstate %+v", code, out, s)
+	}
+	if w := read().Waiting(root); len(w) != 1 {
+		t.Fatalf("waiting for %+v", w)
+	}
+	out, code = runInstall(t, args...)
+	if s := read(); code != 0 || len(s.Pending) != 1 || !strings.Contains(out, "containerd.service has not restarted since oomguard wrote it") ||
+		!strings.Contains(out, "restart the runtime to apply: systemctl restart containerd.service") {
+		t.Fatalf("an unchanged node whose runtime has not restarted: %d %s\nstate %+v", code, out, s)
+	}
+	os.RemoveAll(filepath.Join(root, "proc/77"))
+	proc(78, time.Since(boot)+time.Second) // the runtime restarted since
+	if w := read().Waiting(root); len(w) != 0 {
+		t.Fatalf("the runtime restarted, still waiting for %+v", w)
+	}
+	out, code = runInstall(t, args...)
+	if s := read(); code != 0 || len(s.Pending) != 0 || !strings.Contains(out, "unchanged: no restart needed") {
+		t.Fatalf("after the runtime's restart: %d %s\nstate %+v", code, out, s)
 	}
 }

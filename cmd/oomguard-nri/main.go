@@ -14,7 +14,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/cli"
@@ -22,6 +24,7 @@ import (
 	"github.com/oomguard/oomguard/internal/kubeapi"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/podevents"
+	"github.com/oomguard/oomguard/internal/systemd"
 	"github.com/oomguard/oomguard/internal/version"
 	nriplugin "github.com/oomguard/oomguard/nri-plugin"
 )
@@ -38,12 +41,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 type flags struct {
 	cfgPath, socket, root, metricsAddr string
 	events                             bool
-	apiServer, node                    string
+	apiServer, apiToken, apiCA, node   string
+
+	state, slots                  string
+	restartRuntime, nodeCondition bool
+	maxAtOnce                     int
 }
 
 func program() *cli.Command {
 	var f flags
-	return &cli.Command{
+	var c *cli.Command
+	c = &cli.Command{
 		Name:    "oomguard-nri",
 		Summary: "NRI plugin that sets oom_score_adj and memory.oom.group from the\noomguard policy when containerd or CRI-O creates a container.",
 		Help: "Run. Launched by the runtime from /opt/nri/plugins it uses the runtime's\n" +
@@ -54,10 +62,27 @@ func program() *cli.Command {
 			fs.StringVar(&f.root, "root", "/", "host filesystem `DIR` holding /proc and /sys")
 			fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve /metrics and /healthz at `ADDR` (default: the config's nri.metrics_address)")
 			fs.BoolVar(&f.events, "events", false, "record a Warning Event on the pod for each OOM kill in it (the pod's service account must be allowed to create and patch events)")
-			fs.StringVar(&f.apiServer, "api-server", "", "the API server's `URL` for Events (default: the pod's KUBERNETES_SERVICE_HOST)")
+			fs.StringVar(&f.apiServer, "api-server", "", "the API server's `URL` for Events, the node's condition and restart slots (default: the pod's KUBERNETES_SERVICE_HOST)")
+			fs.StringVar(&f.apiToken, "api-token-file", kubeapi.ServiceAccount+"/token", "the bearer token `FILE` for the API server")
+			fs.StringVar(&f.apiCA, "api-ca-file", kubeapi.ServiceAccount+"/ca.crt", "the API server's CA `FILE`")
 			fs.StringVar(&f.node, "node-name", os.Getenv("NODE_NAME"), "the node's `NAME`, the Events' source (default $NODE_NAME)")
+			fs.StringVar(&f.state, "runtime-state", "", "what install --nri-only --state left in `FILE`: while the runtime it names has not restarted, the plugin is waiting, not failing (/healthz 200, oomguard_runtime_restart_pending 1)")
+			fs.BoolVar(&f.nodeCondition, "node-condition", false, "with --runtime-state: keep the node's condition "+nriplugin.ConditionType+" (the service account must be allowed to patch nodes/status)")
+			fs.BoolVar(&f.restartRuntime, "restart-runtime", false, "with --runtime-state: restart the waiting runtime through the node's systemd (its /run/systemd under --root)")
+			fs.StringVar(&f.slots, "restart-slots", "", "with --restart-runtime: restart only while holding one of the Leases `NAMESPACE/NAME`-0… (the service account must be allowed to create, get, patch and delete them)")
+			fs.IntVar(&f.maxAtOnce, "restart-max-at-once", 1, "with --restart-slots: how many nodes restart their runtime at once, cluster-wide")
 		},
-		Run: func(_ context.Context, _ []string, s cli.IO) int { return plugin(f, s.Stderr) },
+		Run: func(_ context.Context, _ []string, s cli.IO) int {
+			if f.slots != "" {
+				if ns, name, ok := strings.Cut(f.slots, "/"); !ok || ns == "" || name == "" || f.maxAtOnce < 1 {
+					return cli.Usagef(s.Stderr, c, "--restart-slots takes NAMESPACE/NAME, --restart-max-at-once 1 or more")
+				}
+			}
+			if (f.slots != "" || f.nodeCondition) && f.node == "" {
+				return cli.Usagef(s.Stderr, c, "--restart-slots and --node-condition need the node's name: --node-name or $NODE_NAME")
+			}
+			return plugin(f, s.Stderr)
+		},
 		Commands: []*cli.Command{
 			installCommand("install", "Put the plugin where the runtime launches it and enable NRI with drop-in\n"+
 				"files; --nri-only for the DaemonSet, which runs the plugin itself."),
@@ -65,6 +90,7 @@ func program() *cli.Command {
 			configcheck.Command(),
 		},
 	}
+	return c
 }
 
 func plugin(f flags, stderr io.Writer) int {
@@ -105,15 +131,34 @@ func plugin(f flags, stderr io.Writer) int {
 		m.Serve(ctx, cfg.NRI.MetricsAddress, log)
 	}
 	p := nriplugin.New(cfg, cfgErr, f.root, log, m)
-	if f.events {
-		c, err := kubeapi.InCluster(f.apiServer)
-		if err != nil {
-			log.Error("not recording Events; OOM kills are still logged and counted", "err", err)
-		} else {
-			rec := podevents.NewRecorder(c, "oomguard-nri", f.node, log)
-			go rec.Run(ctx)
-			p.RecordEvents(rec)
+	var api *kubeapi.Client
+	if f.events || f.nodeCondition || f.slots != "" {
+		var err error
+		if api, err = kubeapi.FromFiles(f.apiServer, f.apiToken, f.apiCA); err != nil {
+			log.Error("no API server: no Events, node condition or restart slots; OOM kills are still logged and counted", "err", err)
 		}
+	}
+	if f.events && api != nil {
+		rec := podevents.NewRecorder(api, "oomguard-nri", f.node, log)
+		go rec.Run(ctx)
+		p.RecordEvents(rec)
+	}
+	if f.state != "" {
+		w := nriplugin.RuntimeWatch{State: f.state}
+		if f.nodeCondition && api != nil {
+			w.Condition = &kubeapi.NodeCondition{API: api, Node: f.node, Type: nriplugin.ConditionType}
+		}
+		if f.restartRuntime {
+			w.Restart = systemd.RestartUnit
+			if f.slots != "" && api == nil {
+				w.Restart = nil // without its slots no restart: the pace is the operator's
+				log.Error("not restarting the runtime: no API server for the restart slots")
+			} else if f.slots != "" {
+				ns, name, _ := strings.Cut(f.slots, "/")
+				w.Slots = &kubeapi.Slots{API: api, Namespace: ns, Name: name, Max: f.maxAtOnce, Holder: f.node, Duration: time.Minute}
+			}
+		}
+		go p.WatchRuntime(ctx, w)
 	}
 	go p.WatchConfig(ctx, config.Path(f.cfgPath), cfg.NRI.ReloadInterval.Duration)
 	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {

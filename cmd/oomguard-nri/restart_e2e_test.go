@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/internal/install"
+	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/syncbuf"
 )
 
 // systemdUnit stands for containerd.service: install restarts it by name.
@@ -42,63 +47,97 @@ export container=oomguard-test
 exec /lib/systemd/systemd --system --unit=containerd.service --log-target=null
 `
 
-// The DaemonSet's init container with restartRuntime on: install asks the
-// node's systemd, over its private socket, to restart containerd.service,
-// only when it changed the configuration. A real systemd does the restart.
-func TestE2ERestartThroughSystemd(t *testing.T) {
+// systemdNode is Debian's systemd booted with one unit, containerd.service:
+// run is its /run, seen from outside too; in runs a command in its mount
+// and PID namespaces; mainPID is the unit's main process, as systemd says.
+type systemdNode struct {
+	run, pid1 string
+}
+
+func (n *systemdNode) in(args ...string) (string, error) {
+	out, err := exec.Command("nsenter", append([]string{"-t", n.pid1, "-m", "-p", "--"}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func (n *systemdNode) mainPID() string {
+	out, _ := n.in("systemctl", "show", "-p", "MainPID", "--value", "containerd.service")
+	return out
+}
+
+// waitRestarted waits until the unit's main process is another than before.
+func (n *systemdNode) waitRestarted(t *testing.T, before string) string {
+	t.Helper()
+	var after string
+	for i := 0; i < 100; i++ {
+		if after = n.mainPID(); after != before && after != "0" && after != "" {
+			return after
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("containerd.service's main PID is %s, before the restart %s: systemd did not restart it", after, before)
+	return ""
+}
+
+// bootSystemd boots systemd with unit, in a PID and mount namespace of its
+// own below a cgroup of the test's; prepare fills its /run first.
+func bootSystemd(t *testing.T, unit string, prepare func(run string)) *systemdNode {
+	t.Helper()
 	if _, err := os.Stat("/lib/systemd/systemd"); err != nil {
 		t.Skip("no systemd binary on this machine")
 	}
 	run := t.TempDir()
+	if prepare != nil {
+		prepare(run)
+	}
 	// systemd's cgroups go below one of the test's own, in a cgroup namespace:
 	// on a systemd host its system.slice/containerd.service is the real one's.
 	unified := "/sys/fs/cgroup/unified"
 	if _, err := os.Stat(unified + "/cgroup.procs"); err != nil {
 		unified = "/sys/fs/cgroup"
 	}
-	cg := filepath.Join(unified, fmt.Sprintf("oomguard-systemd-test-%d", os.Getpid()))
+	cg := filepath.Join(unified, fmt.Sprintf("oomguard-systemd-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		t.Skipf("cannot make a cgroup for systemd: %v", err)
 	}
 	t.Cleanup(func() { removeCgroupTree(cg) })
 	boot := exec.Command("sh", "-c", `echo $$ > "$CG/cgroup.procs" && exec unshare --cgroup --pid --fork --mount --mount-proc --propagation private sh -c "$BOOT"`)
-	boot.Env = append(os.Environ(), "UNIT="+systemdUnit, "RUN="+run, "CG="+cg, "BOOT="+systemdBoot)
+	boot.Env = append(os.Environ(), "UNIT="+unit, "RUN="+run, "CG="+cg, "BOOT="+systemdBoot)
 	boot.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := boot.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// systemd is the child of unshare's fork: its namespaces are where to run.
-	var pid1 string
+	n := &systemdNode{run: run}
 	t.Cleanup(func() {
-		if p, err := strconv.Atoi(pid1); err == nil {
+		if p, err := strconv.Atoi(n.pid1); err == nil {
 			syscall.Kill(p, syscall.SIGKILL) // the namespace's PID 1: all of it
 		}
 		syscall.Kill(-boot.Process.Pid, syscall.SIGKILL)
 		boot.Wait()
 	})
-	in := func(args ...string) (string, error) {
-		out, err := exec.Command("nsenter", append([]string{"-t", pid1, "-m", "-p", "--"}, args...)...).CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
+	// systemd is the child of unshare's fork: its namespaces are where to run.
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(boot.Process.Pid), "task", strconv.Itoa(boot.Process.Pid), "children")); err == nil && len(strings.Fields(string(b))) > 0 {
-			pid1 = strings.Fields(string(b))[0]
-			if out, err := in("systemctl", "is-active", "containerd.service"); err == nil && out == "active" {
+			n.pid1 = strings.Fields(string(b))[0]
+			if out, err := n.in("systemctl", "is-active", "containerd.service"); err == nil && out == "active" {
 				break
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	mainPID := func() string {
-		out, _ := in("systemctl", "show", "-p", "MainPID", "--value", "containerd.service")
-		return out
+	if pid := n.mainPID(); pid == "" || pid == "0" {
+		t.Fatalf("systemd did not start the stand-in containerd.service (MainPID %q)", pid)
 	}
-	before := mainPID()
-	if before == "" || before == "0" {
-		t.Fatalf("systemd did not start the stand-in containerd.service (MainPID %q)", before)
-	}
+	return n
+}
 
+// The node's CLI with --restart-runtime: install asks the node's systemd,
+// over its private socket, to restart containerd.service, only when it
+// changed the configuration, and waits for the job's result. A real systemd
+// does the restart.
+func TestE2ERestartThroughSystemd(t *testing.T) {
+	n := bootSystemd(t, systemdUnit, nil)
+	before := n.mainPID()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -106,36 +145,51 @@ func TestE2ERestartThroughSystemd(t *testing.T) {
 	node := t.TempDir()
 	os.MkdirAll(filepath.Join(node, "etc/containerd"), 0o755)
 	os.WriteFile(filepath.Join(node, install.ContainerdConfig), []byte(containerd17Config), 0o644)
-	os.Symlink(run, filepath.Join(node, "run")) // systemd's /run
+	os.Symlink(n.run, filepath.Join(node, "run")) // systemd's /run
 	// In systemd's PID namespace, as the DaemonSet's hostPID pod is: systemd
 	// drops a connection whose peer it cannot see.
-	installOnce := func() string {
-		t.Helper()
-		cmd := exec.Command("nsenter", "-t", pid1, "-p", "--", exe, "install", "--nri-only", "--root", node, "--restart-runtime")
+	installOnce := func() (string, error) {
+		cmd := exec.Command("nsenter", "-t", n.pid1, "-p", "--", exe, "install", "--nri-only", "--root", node, "--restart-runtime")
 		cmd.Env = append(os.Environ(), "OOMGUARD_TEST_MAIN=1")
 		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("install --restart-runtime: %v\n%s", err, out)
-		}
-		return string(out)
+		return string(out), err
 	}
-	if out := installOnce(); !strings.Contains(out, "restarted containerd.service (systemd job /org/freedesktop/systemd1/job/") {
-		t.Fatalf("install did not restart containerd.service:\n%s", out)
+	if out, err := installOnce(); err != nil || !strings.Contains(out, "restarted containerd.service (systemd job /org/freedesktop/systemd1/job/") {
+		t.Fatalf("install did not restart containerd.service: %v\n%s", err, out)
 	}
-	var after string
-	for i := 0; i < 50; i++ {
-		if after = mainPID(); after != before && after != "0" && after != "" {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	after := n.waitRestarted(t, before)
+	if out, err := installOnce(); err != nil || !strings.Contains(out, "unchanged: no restart needed") || n.mainPID() != after {
+		t.Fatalf("an unchanged node must not restart the runtime: %v\n%s", err, out)
 	}
-	if after == before || after == "0" || after == "" {
-		t.Fatalf("containerd.service's main PID is %s, before the restart %s: systemd did not restart it", after, before)
-	}
-	if out := installOnce(); !strings.Contains(out, "unchanged: no restart needed") || mainPID() != after {
-		t.Fatalf("an unchanged node must not restart the runtime:\n%s", out)
+
+	// A runtime that does not come back: the restart's job fails, and
+	// install says so, with the unit's state, and fails.
+	n.setUnit(t, failingUnit)
+	os.Remove(filepath.Join(node, install.ContainerdDropIn))
+	if out, err := installOnce(); err == nil || !strings.Contains(out, `restarting containerd.service ended "failed" (now failed/failed, result exit-code)`) {
+		t.Fatalf("install with a restart that fails: %v, want it to fail saying how the job ended:\n%s", err, out)
 	}
 }
+
+// setUnit replaces containerd.service's unit file.
+func (n *systemdNode) setUnit(t *testing.T, unit string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(n.run, "systemd/system/containerd.service"), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n.in("systemctl", "daemon-reload"); err != nil {
+		t.Fatalf("daemon-reload: %v: %s", err, out)
+	}
+}
+
+// failingUnit is a runtime that exits at once with an error, as containerd
+// does with a configuration it refuses.
+const failingUnit = `[Unit]
+DefaultDependencies=no
+[Service]
+Type=oneshot
+ExecStart=/bin/false
+`
 
 // removeCgroupTree removes the cgroups at and below dir, deepest first,
 // once the killed namespace's processes have left them.
@@ -155,4 +209,188 @@ func removeCgroupTree(dir string) {
 			return
 		}
 	}
+}
+
+// standInUnit runs this test binary as the node's runtime (standInRuntime),
+// its node's root at /run/node as systemd's namespace sees it.
+const standInUnit = `[Unit]
+DefaultDependencies=no
+[Service]
+Environment=OOMGUARD_TEST_RUNTIME=/run/node
+ExecStart=/run/bin/containerd
+`
+
+// restartRuntime=true as the chart runs it: install leaves the runtime to
+// restart; the plugin (the DaemonSet's container, in the node's PID
+// namespace) waits, Ready, while another node holds the only restart slot
+// (a Lease, through a real API server, with the chart's RBAC), then takes
+// it, restarts the runtime through the node's real systemd, connects to the
+// NRI the restarted runtime serves, and frees the slot; the node's
+// condition says each state. A restart whose job fails keeps the slot, says
+// why, and frees it once the operator fixed the node.
+func TestE2ERestartPaced(t *testing.T) {
+	repo, _ := filepath.Abs("../..")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := bootSystemd(t, standInUnit, func(run string) {
+		bin, _ := os.ReadFile(exe)
+		os.MkdirAll(filepath.Join(run, "bin"), 0o755)
+		os.WriteFile(filepath.Join(run, "bin/containerd"), bin, 0o755)
+		os.MkdirAll(filepath.Join(run, "node/etc/containerd"), 0o755)
+		os.MkdirAll(filepath.Join(run, "node/var/run/nri"), 0o755)
+		// NRI off, as containerd 1.7 has it.
+		os.WriteFile(filepath.Join(run, "node", install.ContainerdConfig), []byte(strings.Replace(containerd2Config, "disable = false", "disable = true", 1)), 0o644)
+	})
+	node := filepath.Join(n.run, "node")
+	for name, target := range map[string]string{"proc": "/proc", "sys": "/sys", "dev": "/dev", "run": n.run} {
+		os.Symlink(target, filepath.Join(node, name))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: filepath.Join(repo, "build", "components", "kubernetes"), Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	kubectl := func(stdin string, args ...string) (string, error) {
+		var in []byte
+		if stdin != "" {
+			in = []byte(stdin)
+		}
+		out, err := cp.Kubectl(ctx, in, args...)
+		return strings.TrimSpace(string(out)), err
+	}
+	must := func(out string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	rbac, err := exec.Command(filepath.Join(repo, "build", "components", "helm", "helm"), "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
+		"--namespace", "oomguard", "--set", "restartRuntime=true", "--show-only", "templates/serviceaccount.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	must(kubectl("apiVersion: v1\nkind: Namespace\nmetadata: {name: oomguard}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n---\n"+string(rbac), "apply", "-f", "-"))
+	if err := cp.WaitServiceAccounts(ctx, "oomguard"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	token, ca, state := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "state.json")
+	os.WriteFile(token, []byte(must(kubectl("", "-n", "oomguard", "create", "token", "gpu-oomguard-nri", "--duration", "1h"))), 0o600)
+	os.WriteFile(ca, cp.CA(), 0o644)
+	// Another node restarts its runtime: it holds the only slot.
+	must(kubectl(fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: gpu-oomguard-restart-0, namespace: oomguard}
+spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
+`, time.Now().UTC().Format("2006-01-02T15:04:05.000000Z")), "apply", "-f", "-"))
+
+	nsenter := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("nsenter", append([]string{"-t", n.pid1, "-p", "--", exe}, args...)...)
+		cmd.Env = append(os.Environ(), "OOMGUARD_TEST_MAIN=1")
+		return cmd
+	}
+	installNode := func() {
+		t.Helper()
+		out, err := nsenter("install", "--nri-only", "--root", node, "--state", state, "--proc-root", "/").CombinedOutput()
+		if s, _ := install.ReadState(state); err != nil || len(s.Pending) != 1 {
+			t.Fatalf("install: %v, state %+v\n%s", err, s, out)
+		}
+	}
+	metricsPort, _ := controlplane.FreePort()
+	var logs syncbuf.Buffer
+	stop := func(p *exec.Cmd) {
+		syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+		p.Wait()
+	}
+	startPlugin := func() *exec.Cmd {
+		t.Helper()
+		p := nsenter("--socket", filepath.Join(node, "var/run/nri/nri.sock"), "--root", node, "--metrics-address", fmt.Sprintf("127.0.0.1:%d", metricsPort),
+			"--runtime-state", state, "--node-condition", "--restart-runtime", "--restart-slots", "oomguard/gpu-oomguard-restart", "--restart-max-at-once", "1",
+			"--node-name", "node-a", "--api-server", fmt.Sprintf("https://127.0.0.1:%d", cp.Port), "--api-token-file", token, "--api-ca-file", ca)
+		p.Stdout, p.Stderr = &logs, &logs
+		p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // nsenter and the plugin it forks
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stop(p) })
+		return p
+	}
+
+	scrape := func(path string) (int, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", metricsPort, path))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	condition := func() string {
+		out, _ := kubectl("", "get", "node", "node-a", "-o", `jsonpath={.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].reason}`)
+		return out
+	}
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); !ok(); time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 90 s; the plugin's log:\n%s", what, logs.String())
+			}
+		}
+	}
+	counted := func(result string) bool {
+		_, m := scrape("/metrics")
+		return strings.Contains(m, `oomguard_runtime_restarts_total{result="`+result+`"} 1`)
+	}
+
+	before := n.mainPID()
+	installNode()
+	p := startPlugin()
+	eventually("Ready, waiting for the runtime's restart, the node's condition saying so", func() bool {
+		code, body := scrape("/healthz")
+		_, m := scrape("/metrics")
+		return code == 200 && strings.Contains(body, "waiting for containerd.service to restart") &&
+			strings.Contains(m, "oomguard_runtime_restart_pending 1") && condition() == "RuntimeRestartPending"
+	})
+	eventually("the plugin to find the slot held", func() bool { return strings.Contains(logs.String(), "every restart slot is held by another node") })
+	if pid := n.mainPID(); pid != before {
+		t.Fatalf("the runtime restarted (main PID %s, was %s) while another node held the only slot", pid, before)
+	}
+	must(kubectl("", "-n", "oomguard", "delete", "lease", "gpu-oomguard-restart-0")) // that node is done
+	eventually("the restart, NRI served, the slot freed", func() bool {
+		code, body := scrape("/healthz")
+		leases, _ := kubectl("", "-n", "oomguard", "get", "leases", "-o", "name")
+		return code == 200 && body == "ok\n" && counted("success") && leases == "" && condition() == "NRIConnected"
+	})
+	n.waitRestarted(t, before)
+
+	// A restart that fails keeps the slot, halting the other nodes.
+	stop(p)
+	n.setUnit(t, failingUnit)
+	os.Remove(filepath.Join(node, install.ContainerdDropIn))
+	installNode()
+	startPlugin()
+	eventually("a failed restart counted, said, its slot kept", func() bool {
+		code, _ := scrape("/healthz")
+		holder, _ := kubectl("", "-n", "oomguard", "get", "lease", "gpu-oomguard-restart-0", "-o", "jsonpath={.spec.holderIdentity}")
+		return code == 503 && counted("failure") && holder == "node-a" && condition() == "RuntimeRestartFailed"
+	})
+	if !strings.Contains(logs.String(), `restarting containerd.service ended \"failed\"`) {
+		t.Fatalf("the plugin's log does not say how the restart ended:\n%s", logs.String())
+	}
+	// The operator fixes the node: the slot goes once NRI is served.
+	n.setUnit(t, standInUnit)
+	if out, err := n.in("systemctl", "restart", "containerd.service"); err != nil {
+		t.Fatalf("systemctl restart: %v: %s", err, out)
+	}
+	eventually("the fixed node frees the slot", func() bool {
+		code, _ := scrape("/healthz")
+		leases, _ := kubectl("", "-n", "oomguard", "get", "leases", "-o", "name")
+		return code == 200 && leases == "" && condition() == "NRIConnected"
+	})
 }

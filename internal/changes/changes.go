@@ -154,6 +154,11 @@ func (s *Set) Empty() bool {
 // Owns reports whether the record lists p as a file oomguard owns.
 func (s *Set) Owns(p string) bool { return slices.Contains(s.rec.Files, p) }
 
+// Files are the files the record lists: owned, then modified, sorted.
+func (s *Set) Files() []string {
+	return slices.Concat(slices.Sorted(slices.Values(s.rec.Files)), sortedKeys(s.rec.Backups))
+}
+
 // Backup is the backup of a modified file, "" when it has none.
 func (s *Set) Backup(p string) string { return s.rec.Backups[p] }
 

@@ -43,13 +43,22 @@ type NRIOptions struct {
 	ContainerdConfigVersion int
 	// Socket is the NRI socket the runtime listens on; "" is the configuration's.
 	Socket string
-	// Restart restarts the runtimes whose configuration changed with it
-	// (the node's systemd); nil leaves that to the operator, as install says.
+	// Restart restarts the runtimes whose configuration changed, or that
+	// have not read it since (the node's systemd); nil leaves that to the
+	// operator, as install says.
 	Restart Restarter
+	// ProcRoot holds the /proc that shows the node's processes (the
+	// runtime's: has it started since its configuration changed?); ""
+	// looks nowhere.
+	ProcRoot string
+	// StateFile, when set, gets what is left to do: the runtimes still to
+	// restart (the plugin waits for them, or restarts them).
+	StateFile string
 }
 
-// Restarter restarts a runtime's systemd unit on the node under root, and
-// returns its job.
+// Restarter restarts a runtime's systemd unit on the node under root and
+// returns its job once it ended; a job that did not succeed is an error
+// with the job, one that never started an error without it.
 type Restarter func(root, unit string) (job string, err error)
 
 // NRI puts the plugin where the runtime launches it, with its configuration,
@@ -82,10 +91,20 @@ func NRI(o NRIOptions, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if !o.NRIOnly {
-		if err := plugin(w, cfg, o.Binary, o.ConfigPath); err != nil {
+	if o.NRIOnly {
+		on, err := alreadyOn(w, cfg, useContainerd, useCRIO)
+		if err != nil {
 			return err
 		}
+		if on {
+			fmt.Fprintf(out, "unchanged: NRI is on in the running runtime at %s, and its configuration keeps it on: no restart needed\n", cfg.NRI.Socket)
+			if err := w.Commit(); err != nil {
+				return err
+			}
+			return o.writeState(State{Socket: cfg.NRI.Socket})
+		}
+	} else if err := plugin(w, cfg, o.Binary, o.ConfigPath); err != nil {
+		return err
 	}
 	if useContainerd {
 		if err := containerd(w, cfg, o.ContainerdConfigVersion); err != nil {
@@ -100,7 +119,31 @@ func NRI(o NRIOptions, out io.Writer) (err error) {
 	if err := w.Commit(); err != nil {
 		return err
 	}
-	return apply(w, o.Root, units(useContainerd, useCRIO), o.Restart)
+	us := units(useContainerd, useCRIO)
+	pending, err := pendingRestarts(w, o.ProcRoot, us)
+	if err != nil {
+		return err
+	}
+	if err := apply(w, o.Root, us, pending, o.Restart); err != nil {
+		return err
+	}
+	if o.StateFile == "" {
+		return nil
+	}
+	if pending, err = pendingRestarts(w, o.ProcRoot, us); err != nil {
+		return err
+	}
+	return o.writeState(State{Socket: cfg.NRI.Socket, Pending: pending})
+}
+
+func (o NRIOptions) writeState(s State) error {
+	if o.StateFile == "" || o.DryRun {
+		return nil
+	}
+	if err := WriteState(o.StateFile, s); err != nil {
+		return fmt.Errorf("write what is left to do for the plugin: %w", err)
+	}
+	return nil
 }
 
 // runtimes says which runtimes install configures: those asked for, or
@@ -160,7 +203,7 @@ func UninstallNRI(root string, dryRun bool, restart Restarter, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	return apply(w, root, units(present(w, "/etc/containerd"), present(w, "/etc/crio")), restart)
+	return apply(w, root, units(present(w, "/etc/containerd"), present(w, "/etc/crio")), nil, restart)
 }
 
 // undo undoes what the record at record lists.
@@ -184,14 +227,23 @@ func undoWith(root, record string, dryRun bool, out io.Writer, keep func(*change
 	return w, w.Undo()
 }
 
-// apply makes the runtimes read what changed: nothing when nothing did; a
-// restart through systemd when allowed; else what to run.
-func apply(w *changes.Set, root string, units []string, restart Restarter) error {
+// apply makes the runtimes read what changed, or what one has not read
+// yet (pending): nothing when there is none; a restart through systemd when
+// allowed; else what to run.
+func apply(w *changes.Set, root string, units []string, pending []Pending, restart Restarter) error {
 	out := w.Out()
+	if !w.Changed() {
+		if len(pending) == 0 {
+			fmt.Fprintln(out, "the runtime's configuration is unchanged: no restart needed")
+			return nil
+		}
+		units = nil
+		for _, p := range pending {
+			units = append(units, p.Unit)
+		}
+		fmt.Fprintf(out, "the runtime's configuration is unchanged, but %s has not restarted since oomguard wrote it\n", strings.Join(units, " "))
+	}
 	switch {
-	case !w.Changed():
-		fmt.Fprintln(out, "the runtime's configuration is unchanged: no restart needed")
-		return nil
 	case w.DryRun():
 		fmt.Fprintf(out, "would: restart %s to apply\n", strings.Join(units, " "))
 		return nil
@@ -201,8 +253,11 @@ func apply(w *changes.Set, root string, units []string, restart Restarter) error
 	}
 	for _, u := range units {
 		job, err := restart(root, u)
-		if err != nil {
+		switch {
+		case err != nil && job == "":
 			return fmt.Errorf("the configuration changed but %s was not restarted: %w", u, err)
+		case err != nil:
+			return fmt.Errorf("the configuration changed and restarting %s did not succeed: %w; the runtime may be down: fix what its log says, or undo oomguard's change (oomguard-nri uninstall --restart-runtime)", u, err)
 		}
 		fmt.Fprintf(out, "restarted %s (systemd job %s)\n", u, job)
 	}

@@ -13,10 +13,14 @@ func FuzzParseStat(f *testing.F) {
 	f.Add([]byte("1 (systemd) S 0 1 1 0 -1 4194560 0 0 0 0\n"))
 	f.Add([]byte("42 (a) b) (c) R 7 42 42 0 -1 2097152 0\n"))
 	f.Add([]byte("9 (x"))
+	f.Add([]byte("412 (containerd) S 1 412 412 0 -1 4194560 9 0 0 0 2 3 0 0 20 0 11 0 1843 2045 12\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		comm, _, _, err := parseStat(b)
 		if err == nil && len(comm) > len(b) {
 			t.Fatalf("comm %q longer than the file", comm)
+		}
+		if comm2, _, err := parseStart(b); err == nil && (comm2 != comm || !strings.Contains(string(b), comm2)) {
+			t.Fatalf("parseStart's comm %q, parseStat's %q", comm2, comm)
 		}
 	})
 }

@@ -39,12 +39,6 @@ type Client struct {
 	http      *http.Client
 }
 
-// InCluster makes a client with the pod's service account; server is the
-// API server's URL, or "" for the one the pod's environment names.
-func InCluster(server string) (*Client, error) {
-	return FromFiles(server, ServiceAccount+"/token", ServiceAccount+"/ca.crt")
-}
-
 // FromFiles makes a client for server ("" for the pod's environment's) that
 // authenticates with the token in tokenFile and trusts the CA in caFile.
 func FromFiles(server, tokenFile, caFile string) (*Client, error) {

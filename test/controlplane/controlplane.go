@@ -35,6 +35,10 @@ type Options struct {
 	// Hosts are the addresses clients elsewhere reach the API server by
 	// (10.0.2.2 from a QEMU guest on user networking), for its certificate.
 	Hosts []string
+	// Reach, when set, is how the API server gets to the cluster's network
+	// (egress.go): a webhook's Service is then resolved to its endpoints
+	// and dialled through it, as it is in a cluster with a pod network.
+	Reach func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Cluster is a running control plane.
@@ -46,6 +50,7 @@ type Cluster struct {
 	ca     *ca
 	procs  []*process
 	client *http.Client
+	egress *egressProxy
 }
 
 type process struct {
@@ -129,14 +134,22 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--unsafe-no-fsync", "--log-level=error"); err != nil {
 		return nil, err
 	}
-	if err := c.start("kube-apiserver", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(c.Port),
+	var routing []string
+	if o.Reach != nil {
+		var cfg string
+		if c.egress, cfg, err = startEgress(o.Dir, o.Reach); err != nil {
+			return nil, err
+		}
+		routing = []string{"--egress-selector-config-file=" + cfg, "--enable-aggregator-routing=true"}
+	}
+	if err := c.start("kube-apiserver", append([]string{"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(c.Port),
 		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
-		"--etcd-servers="+etcdURL, "--etcd-cafile="+caFile, "--etcd-certfile="+files["etcd-client"][0], "--etcd-keyfile="+files["etcd-client"][1],
-		"--client-ca-file="+caFile, "--tls-cert-file="+files["apiserver"][0], "--tls-private-key-file="+files["apiserver"][1],
-		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+saPub,
-		"--service-account-signing-key-file="+saKey, "--service-cluster-ip-range=10.96.0.0/16",
+		"--etcd-servers=" + etcdURL, "--etcd-cafile=" + caFile, "--etcd-certfile=" + files["etcd-client"][0], "--etcd-keyfile=" + files["etcd-client"][1],
+		"--client-ca-file=" + caFile, "--tls-cert-file=" + files["apiserver"][0], "--tls-private-key-file=" + files["apiserver"][1],
+		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey, "--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
-		"--enable-priority-and-fairness=false", "--profiling=false", "--cert-dir="+pki, "--v=1"); err != nil {
+		"--enable-priority-and-fairness=false", "--profiling=false", "--cert-dir=" + pki, "--v=1"}, routing...)...); err != nil {
 		return nil, err
 	}
 	if err := c.ready(ctx, files["admin"]); err != nil {
@@ -148,6 +161,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		"--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false", "--use-service-account-credentials=true",
 		"--service-account-private-key-file="+saKey, "--root-ca-file="+caFile,
 		"--controllers=daemonset-controller,deployment-controller,job-controller,node-lifecycle-controller,replicaset-controller,serviceaccount-controller,"+
+			"endpointslice-controller,"+
 			"serviceaccount-token-controller,namespace-controller,garbage-collector-controller,root-ca-certificate-publisher-controller,"+
 			"clusterrole-aggregation-controller", "--profiling=false"); err != nil {
 		return nil, err
@@ -248,6 +262,10 @@ func (c *Cluster) Stop() {
 		}
 	}
 	c.procs = nil
+	if c.egress != nil {
+		c.egress.stop()
+		c.egress = nil
+	}
 }
 
 // NodeKubeconfig is the kubeconfig of the kubelet of node: its client

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -108,6 +110,18 @@ func objects(t *testing.T, rendered string) map[string]any {
 			obj = &rbacv1.ClusterRole{}
 		case "ClusterRoleBinding":
 			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
+		case "Deployment":
+			obj = &appsv1.Deployment{}
+		case "Service":
+			obj = &corev1.Service{}
+		case "PodDisruptionBudget":
+			obj = &policyv1.PodDisruptionBudget{}
+		case "MutatingWebhookConfiguration":
+			obj = &admissionregistrationv1.MutatingWebhookConfiguration{}
 		case "Job":
 			obj = &batchv1.Job{}
 		case "PodMonitor":
@@ -159,7 +173,9 @@ func TestE2EChartMatchesKustomization(t *testing.T) {
 	helmOnly(h["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Labels)
 	helmOnly(h["ConfigMap"].(*corev1.ConfigMap).Labels)
 	helmOnly(h["ServiceAccount"].(*corev1.ServiceAccount).Labels)
-	for _, kind := range []string{"DaemonSet", "ConfigMap", "ServiceAccount"} {
+	helmOnly(h["ClusterRole"].(*rbacv1.ClusterRole).Labels)
+	helmOnly(h["ClusterRoleBinding"].(*rbacv1.ClusterRoleBinding).Labels)
+	for _, kind := range []string{"DaemonSet", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
 		if !reflect.DeepEqual(h[kind], k[kind]) {
 			hj, _ := json.MarshalIndent(h[kind], "", " ")
 			kj, _ := json.MarshalIndent(k[kind], "", " ")
@@ -218,6 +234,10 @@ resources:
 	}
 }
 
+// nriInstall is the nri mode's init container: the drop-in, unless the
+// runtime serves NRI already, and what is left to do for the plugin.
+const nriInstall = "/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock --state=/run/oomguard/nri-state.json --proc-root=/"
+
 // The install modes: what the init containers run, and which containers
 // stay; an impossible combination fails at render, not on the nodes.
 func TestE2EChartModes(t *testing.T) {
@@ -242,9 +262,10 @@ func TestE2EChartModes(t *testing.T) {
 		inits      []string
 		containers []string
 	}{
-		{nil, []string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock", "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-nri", "oomguard-doctor"}},
+		{nil, []string{nriInstall, "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-nri", "oomguard-doctor"}},
+		// The plugin restarts the runtime, paced (TestE2EChartRestartPaced): not the init container.
 		{[]string{"--set", "restartRuntime=true", "--set", "doctor.enabled=false"},
-			[]string{"/usr/local/bin/oomguard-nri install --nri-only --root=/host --socket=/var/run/nri/nri.sock --restart-runtime", "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-nri"}},
+			[]string{nriInstall, "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-nri"}},
 		{[]string{"--set", "mode=hook"}, []string{"/usr/local/bin/oomguard-hook install --copy --root=/host --hook-path=/opt/oomguard/bin/oomguard-hook --config=/etc/oomguard/config.toml", "/usr/local/bin/oomguard-doctor remediate --root=/host --config=/etc/oomguard/config.toml"}, []string{"oomguard-doctor"}},
 		{[]string{"--set", "mode=uninstall", "--set", "restartRuntime=true"},
 			[]string{"/usr/local/bin/oomguard-doctor remediate --root=/host --undo", "/usr/local/bin/oomguard-nri uninstall --root=/host --restart-runtime", "/usr/local/bin/oomguard-hook uninstall --root=/host"}, []string{"oomguard-doctor"}},
@@ -271,15 +292,17 @@ func TestE2EChartModes(t *testing.T) {
 	}
 }
 
-// events.enabled: the plugin's container alone gets the service account's
-// token, the account may only create and patch events, and the plugin is
-// told its node and the API server.
+// events.enabled (and the node's condition, on by default): the plugin's
+// container alone gets the service account's token, the account may only
+// create and patch events and patch nodes' status, and the plugin is told
+// its node and the API server.
 func TestE2EChartEvents(t *testing.T) {
 	o := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system",
-		"--set", "events.enabled=true", "--set", "events.apiServer=https://10.0.0.1:6443"))
+		"--set", "events.enabled=true", "--set", "apiServer=https://10.0.0.1:6443"))
 	role, ok := o["ClusterRole"].(*rbacv1.ClusterRole)
-	if !ok || len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].Resources, []string{"events"}) ||
-		!reflect.DeepEqual(role.Rules[0].Verbs, []string{"create", "patch"}) || !reflect.DeepEqual(role.Rules[0].APIGroups, []string{""}) {
+	if !ok || len(role.Rules) != 2 || !reflect.DeepEqual(role.Rules[0].Resources, []string{"events"}) ||
+		!reflect.DeepEqual(role.Rules[0].Verbs, []string{"create", "patch"}) || !reflect.DeepEqual(role.Rules[0].APIGroups, []string{""}) ||
+		!reflect.DeepEqual(role.Rules[1], rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}}) {
 		t.Fatalf("the role: %+v", o["ClusterRole"])
 	}
 	b, ok := o["ClusterRoleBinding"].(*rbacv1.ClusterRoleBinding)
@@ -297,16 +320,59 @@ func TestE2EChartEvents(t *testing.T) {
 		}
 		args := strings.Join(c.Args, " ")
 		if c.Name == "oomguard-nri" {
-			if !has || !strings.Contains(args, "--events --api-server=https://10.0.0.1:6443") {
+			if !has || !strings.Contains(args, "--events --node-condition --api-server=https://10.0.0.1:6443") || c.Env[len(c.Env)-1].Name != "NODE_NAME" {
 				t.Errorf("the plugin: token mounted %v, args %s", has, args)
 			}
 		} else if has {
 			t.Errorf("%s gets the token", c.Name)
 		}
 	}
-	plain := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system"))
+	plain := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "--set", "nodeCondition.enabled=false"))
 	if _, ok := plain["ClusterRole"]; ok {
-		t.Error("a role without events.enabled")
+		t.Error("a role without events or the node's condition")
+	}
+	for _, c := range plain["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "api-token" {
+				t.Errorf("%s gets the token with nothing to write", c.Name)
+			}
+		}
+	}
+}
+
+// restartRuntime: the plugin, not the init container, restarts the runtime
+// through the node's systemd (mounted in it alone), holding one of
+// restartRuntimeMaxAtOnce Leases, which its account may take and nothing
+// else.
+func TestE2EChartRestartPaced(t *testing.T) {
+	out := tool(t, "helm", "template", "gpu", chart, "--namespace", "oomguard", "--set", "restartRuntime=true", "--set", "restartRuntimeMaxAtOnce=3")
+	var role *rbacv1.Role
+	for _, j := range documents(t, out) {
+		var r rbacv1.Role
+		if json.Unmarshal(j, &r) == nil && r.Kind == "Role" {
+			role = &r
+		}
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"gpu-oomguard-restart-0", "gpu-oomguard-restart-1", "gpu-oomguard-restart-2"},
+			Verbs: []string{"get", "patch", "delete"}}}
+	if role == nil || !reflect.DeepEqual(role.Rules, want) || role.Namespace != "oomguard" {
+		t.Fatalf("the restart slots' role: %+v", role)
+	}
+	spec := objects(t, out)["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		args := strings.Join(c.Args, " ")
+		systemd := false
+		for _, m := range c.VolumeMounts {
+			systemd = systemd || m.MountPath == "/host/run/systemd"
+		}
+		if c.Name == "oomguard-nri" {
+			if !systemd || !strings.Contains(args, "--restart-runtime --restart-slots=oomguard/gpu-oomguard-restart --restart-max-at-once=3") {
+				t.Errorf("the plugin: systemd mounted %v, args %s", systemd, args)
+			}
+		} else if systemd || strings.Contains(args, "restart") {
+			t.Errorf("%s restarts or reaches systemd: %s", c.Name, args)
+		}
 	}
 }
 
@@ -322,6 +388,9 @@ func TestE2EChartSchema(t *testing.T) {
 		{"image.digest=latest", "/image/digest"},
 		{"imagepatchWebhook.tls.certmanager=true", "additional properties 'certmanager'"},
 		{"resources.limit.memory=1Gi", "additional properties 'limit'"},
+		{"restartRuntimeMaxAtOnce=0", "/restartRuntimeMaxAtOnce"},
+		{"apiServer=10.0.0.1:6443", "/apiServer"},
+		{"events.apiServer=https://10.0.0.1", "additional properties 'apiServer'"},
 	} {
 		_, out, err := run(t, "helm", "template", "oomguard", chart, "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -414,5 +483,50 @@ podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}}
 	}
 	if pm := o["PodMonitor"].(*podMonitor); pm.Metadata.Labels["release"] != "kube-prometheus-stack" || pm.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != "node-agent" {
 		t.Fatalf("PodMonitor: %+v", pm)
+	}
+}
+
+// The webhook alone (nodeAgent.enabled=false): no DaemonSet, nor anything
+// only it uses; on the node's network it listens on the node's address at
+// its port, resolves cluster names, and calls the API server it is given;
+// one replica gets no PodDisruptionBudget (it would block every drain).
+func TestE2EChartWebhookOnly(t *testing.T) {
+	o := objects(t, tool(t, "helm", "template", "patch", chart, "--namespace", "oomguard",
+		"--set", "nodeAgent.enabled=false", "--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}",
+		"--set", "podMonitor.enabled=true", "--set", "imagepatchWebhook.replicas=1", "--set", "imagepatchWebhook.hostNetwork=true",
+		"--set", "imagepatchWebhook.port=9443", "--set", "apiServer=https://10.0.0.1:6443"))
+	for _, kind := range []string{"DaemonSet", "ConfigMap", "hook Job", "PodMonitor", "PodDisruptionBudget"} {
+		if _, ok := o[kind]; ok {
+			t.Errorf("a %s in a release without the node agent and one replica", kind)
+		}
+	}
+	d, ok := o["Deployment"].(*appsv1.Deployment)
+	if !ok {
+		t.Fatalf("no webhook Deployment: %v", o)
+	}
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet || c.Ports[0].ContainerPort != 9443 ||
+		!strings.Contains(args, "--listen=$(POD_IP):9443") || !strings.Contains(args, "--metrics-address=$(POD_IP):9742") ||
+		!strings.Contains(args, "--api-server=https://10.0.0.1:6443") || !strings.Contains(args, "--tls-hosts=patch-oomguard-imagepatch-webhook.oomguard.svc,") {
+		t.Fatalf("the webhook on the node's network: hostNetwork %v dnsPolicy %s ports %v args %s", spec.HostNetwork, spec.DNSPolicy, c.Ports, args)
+	}
+	if env := c.Env[len(c.Env)-1]; env.Name != "POD_IP" || env.ValueFrom == nil || env.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Fatalf("POD_IP: %+v", c.Env)
+	}
+	svc := o["Service"].(*corev1.Service)
+	if svc.Spec.Ports[0].TargetPort.String() != "https" {
+		t.Fatalf("the Service's target: %+v", svc.Spec.Ports)
+	}
+
+	o = objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "oomguard",
+		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}"))
+	spec = o["Deployment"].(*appsv1.Deployment).Spec.Template.Spec
+	if spec.HostNetwork || !strings.Contains(strings.Join(spec.Containers[0].Args, " "), "--listen=:8443") || o["DaemonSet"] == nil {
+		t.Fatalf("by default: the pod network, port 8443, with the node agent: %+v", spec)
+	}
+	if pdb, ok := o["PodDisruptionBudget"].(*policyv1.PodDisruptionBudget); !ok || pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Fatalf("two replicas keep one through a drain: %+v", o["PodDisruptionBudget"])
 	}
 }

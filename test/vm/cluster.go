@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,13 +31,16 @@ import (
 // host) and the node through the agent (test/vm/agent), which runs the
 // shell the test sends, as an operator's ssh would.
 
-// Where the node is on QEMU's user network, and the agent's port on it.
+// Where the node is on QEMU's user network, the agent's port on it, and
+// the port a webhook on the node's network listens on (the chart's
+// imagepatchWebhook.port with hostNetwork).
 const (
-	nodeIP     = "10.0.2.15"
-	hostIP     = "10.0.2.2"
-	agentPort  = 7070
-	nodeName   = "node"
-	clusterMem = 1536
+	nodeIP      = "10.0.2.15"
+	hostIP      = "10.0.2.2"
+	agentPort   = 7070
+	webhookPort = 9443
+	nodeName    = "node"
+	clusterMem  = 1536
 )
 
 // Cluster is a running cluster boot, for a variant's Drive.
@@ -147,19 +151,27 @@ type clusterBoot struct {
 	cp       *controlplane.Cluster
 	hostPort int
 	token    string
+	// webhookPort forwarded to the host's loopback at this port: the API
+	// server reaches a Service's endpoint on the node's network through it.
+	webhookFwd int
 }
 
 func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterBoot, error) {
+	b := &clusterBoot{}
+	var err error
+	if b.hostPort, err = controlplane.FreePort(); err != nil {
+		return nil, err
+	}
+	if b.webhookFwd, err = controlplane.FreePort(); err != nil {
+		return nil, err
+	}
 	bin := filepath.Join(e.Components, "kubernetes")
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin, Dir: filepath.Join(dir, "cp"), Hosts: []string{hostIP}})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin, Dir: filepath.Join(dir, "cp"), Hosts: []string{hostIP}, Reach: b.reach})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	b := &clusterBoot{cp: cp}
+	b.cp = cp
 	fail := func(err error) (*clusterBoot, error) { cp.Stop(); return nil, err }
-	if b.hostPort, err = controlplane.FreePort(); err != nil {
-		return fail(err)
-	}
 	tok := make([]byte, 16)
 	rand.Read(tok)
 	b.token = hex.EncodeToString(tok)
@@ -186,6 +198,16 @@ func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterB
 	g.File("/etc/cni/net.d/10-host.conflist", []byte(`{"cniVersion":"1.0.0","name":"host","plugins":[{"type":"noop"}]}`+"\n"), 0o644)
 	g.File("/opt/cni/bin/noop", []byte(noopCNI), 0o755)
 	return b, nil
+}
+
+// reach is the control plane's way to the node's network: only the
+// webhook's port is forwarded.
+func (b *clusterBoot) reach(ctx context.Context, addr string) (net.Conn, error) {
+	if addr != net.JoinHostPort(nodeIP, strconv.Itoa(webhookPort)) {
+		return nil, fmt.Errorf("%s: only %s:%d of the node is forwarded", addr, nodeIP, webhookPort)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", b.webhookFwd))
 }
 
 // noopCNI is a CNI plugin for nodes whose pods all use the host's network:
@@ -238,7 +260,8 @@ func WithClusterKubelet(g *Guest, rt Runtime) error {
 // drive boots the VM with the network, waits for its agent, runs the
 // variant's Drive, and ends the boot.
 func (e *Env) drive(ctx context.Context, s Scenario, v Variant, cb *clusterBoot, dir string, args []string) (*Run, error) {
-	args = append(args, "-netdev", fmt.Sprintf("user,id=n0,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-%s:%d", cb.hostPort, nodeIP, agentPort),
+	args = append(args, "-netdev", fmt.Sprintf("user,id=n0,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d",
+		cb.hostPort, nodeIP, agentPort, cb.webhookFwd, nodeIP, webhookPort),
 		"-device", "virtio-net-pci,netdev=n0,romfile=")
 	cmd := exec.CommandContext(ctx, QEMU, args...)
 	var out syncbuf.Buffer

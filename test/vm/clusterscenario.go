@@ -361,10 +361,30 @@ const (
 
 var chartArgs = []string{"deploy/helm/oomguard", "--namespace", "kube-system", "--wait", "--timeout", "10m"}
 
+// install: `helm install --wait` completes on a node whose runtime has NRI
+// off, restartRuntime false: the plugin waits for the runtime's restart,
+// Ready, and says so (its gauge, /healthz, the node's condition for
+// kubectl); the operator restarts the runtime when it suits them, and the
+// plugin connects and says that. Then the first guarded pod.
 func (r *clusterRun) install(ctx context.Context) error {
 	start := time.Now()
-	events := []string{"--set", "events.enabled=true", "--set", fmt.Sprintf("events.apiServer=https://%s:%d", hostIP, r.Port)}
-	if err := r.installChart(ctx, events...); err != nil {
+	r.score = "900" // the shipped configuration's
+	if _, err := r.Helm(ctx, append([]string{"install", "oomguard", "--set", "events.enabled=true", "--set", fmt.Sprintf("apiServer=https://%s:%d", hostIP, r.Port)},
+		chartArgs...)...); err != nil {
+		return err
+	}
+	if err := r.rollout(ctx); err != nil {
+		return err
+	}
+	r.Note("%s: helm install --wait with NRI off and restartRuntime=false: complete in %s, the runtime not restarted",
+		r.rt.Component, time.Since(start).Round(time.Millisecond))
+	if err := r.runtimeWait(ctx, true); err != nil {
+		return err
+	}
+	if _, err := r.sh(ctx, "restart_runtime >/dev/null"); err != nil {
+		return err
+	}
+	if err := r.runtimeWait(ctx, false); err != nil {
 		return err
 	}
 	if s, _ := r.sh(ctx, "nri_state"); strings.TrimSpace(s) != "on" {
@@ -376,7 +396,7 @@ func (r *clusterRun) install(ctx context.Context) error {
 	}
 	r.with = append(r.with, d)
 	r.Figure("helm install --wait to the first guarded pod running", time.Since(start))
-	r.Note("%s: helm install --wait (the runtime restarted when the drop-in appeared) to the first guarded pod Ready: %s",
+	r.Note("%s: helm install --wait, then the operator's restart of the runtime, to the first guarded pod Ready: %s",
 		r.rt.Component, time.Since(start).Round(time.Millisecond))
 	if err := r.expect(ctx, "vm-1", "900", "0"); err != nil {
 		return err
@@ -386,6 +406,34 @@ func (r *clusterRun) install(ctx context.Context) error {
 	}
 	// The pod that ran before was fixed when the plugin synchronized.
 	return r.expect(ctx, "before-0", "900", "0")
+}
+
+// runtimeWait: while the runtime has not restarted since the install
+// (waiting), the plugin is Ready and says it waits: /healthz, its gauge, the
+// node's condition True; after, it is connected and the condition False.
+func (r *clusterRun) runtimeWait(ctx context.Context, waiting bool) error {
+	want := map[bool][3]string{
+		true:  {"True RuntimeRestartPending", "oomguard_runtime_restart_pending 1", "waiting for " + r.rt.Name + ".service to restart"},
+		false: {"False NRIConnected", "oomguard_runtime_restart_pending 0", "ok"},
+	}[waiting]
+	var cond, node string
+	err := r.poll(ctx, 2*time.Minute, "the plugin to say "+want[0], func() (bool, error) {
+		out, err := r.Kubectl(ctx, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].status} {.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].reason}`)
+		if err != nil {
+			return false, err
+		}
+		cond = strings.TrimSpace(string(out))
+		node, _ = r.sh(ctx, "wget -qO- http://"+nodeIP+":9741/metrics | grep '^oomguard_runtime_restart_pending '; wget -qO- http://"+nodeIP+":9741/healthz")
+		return cond == want[0] && strings.Contains(node, want[1]) && strings.Contains(node, want[2]), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: the node's condition %q; on the node:\n%s", err, cond, node)
+	}
+	if waiting {
+		msg, _ := r.Kubectl(ctx, "get", "node", nodeName, "-o", `jsonpath={.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].message}`)
+		r.Note("%s: waiting for the runtime's restart: the plugin Ready, kubectl describe node says: %s", r.rt.Component, msg)
+	}
+	return nil
 }
 
 // logged: the plugin logged a line about pod holding every one of parts.
@@ -581,7 +629,8 @@ func (r *clusterRun) upgrade(ctx context.Context) error {
 		return err
 	}
 	if after := pods(); after != before {
-		return fmt.Errorf("a changed configuration rolled the plugin's pod: %q before, %q after", before, after)
+		why, _ := r.Kubectl(ctx, "-n", "kube-system", "get", "events,controllerrevisions", "--sort-by=.metadata.creationTimestamp")
+		return fmt.Errorf("a changed configuration rolled the plugin's pod: %q before, %q after; what happened in kube-system:\n%s", before, after, why)
 	}
 	hash := config.Hash(changed)
 	if err := r.pluginSays(ctx, `msg="configuration reloaded"`, "hash="+hash); err != nil {

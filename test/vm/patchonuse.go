@@ -12,22 +12,27 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/oomguard/oomguard/imagepatch/admission"
 	"github.com/oomguard/oomguard/test/registrytest"
 	"github.com/oomguard/oomguard/test/runcbundle"
 	"github.com/oomguard/oomguard/test/webhooktest"
 )
 
-// Patch on use through the cluster: Debian's registry and `imagepatch
-// webhook` run on the host, the webhook registered with the API server as
-// the chart registers it; the node pulls from the registry through QEMU's
-// user network. Before oomguard is on the node (no NRI, no hook), so what
-// a pod's processes show is the patched image's doing alone.
+// Patch on use through the cluster: the chart's own webhook Deployment (a
+// release of the chart with the webhook only, on the node's network, as on
+// clusters whose control plane does not reach pod IPs) runs on the node;
+// the API server calls it through its Service, resolved to the endpoint
+// and reached through the control plane's egress (test/controlplane). The
+// webhook makes its own CA and serving certificate. Debian's registry runs
+// on the host; the webhook and the node's runtime reach it at hostIP. All
+// before oomguard's node agent is on the node (no NRI, no hook), so what a
+// pod's processes show is the patched image's doing alone.
 
 // patchedInit is the old base image's init: a child under it, both waiting.
 const patchedInit = "#!/bin/sh\nsleep 2147483647 &\nwait\n"
 
-// registryMirror points the node's runtime at the host's registry: the
-// pods name it by its loopback address, which the node reaches at hostIP.
+// registryMirror points the node's runtime at the host's registry, over
+// plain HTTP, under the name NAME (which the node reaches at hostIP).
 const registryMirror = `
 mirror_registry() { # NAME PORT
 	case $RUNTIME in
@@ -58,6 +63,12 @@ container_procs() {
 	f=$(ls /run/containerd/io.containerd.runtime.v2.task/k8s.io/$1/config.json /var/lib/containers/storage/*-containers/$1/userdata/config.json 2>/dev/null | head -1)
 	echo "spec $f $(tr -d ' \t\n' < "$f" | grep -o '"args":\[[^]]*\]' | head -1)" # CRI-O indents it
 }
+# webhook_log: what the chart's webhook containers logged.
+webhook_log() {
+	for f in /var/log/pods/oomguard-patch_*/webhook/*.log; do
+		[ -f "$f" ] && sed -n 's/^[^ ]* std[a-z]* [FP] //p' "$f"
+	done
+}
 `
 
 const patchedDeployment = `apiVersion: apps/v1
@@ -78,17 +89,25 @@ spec:
         resources: {limits: {cpu: ` + clusterCPU + `, memory: 48Mi}}
 `
 
-// patchOnUse: a Deployment on an old tag of a base image runs on its
-// patched image, pinned by digest: the runtime was given the shim before
-// the image's init, the init is PID 1 and every process is at the shim's
-// score, not kubelet's -997. A second pod, with a command of its own, gets
-// the shim in front of it from the cache, without a registry write.
+// webhookRelease is the chart's release that holds the webhook alone.
+const (
+	webhookRelease   = "patch"
+	webhookNamespace = "oomguard-patch"
+	webhookName      = "patch-oomguard-imagepatch-webhook"
+)
+
+// patchOnUse: the chart's webhook is installed with helm --wait; a
+// Deployment on an old tag of a base image runs on its patched image,
+// pinned by digest: the runtime was given the shim before the image's
+// init, the init is PID 1 and every process is at the shim's score, not
+// kubelet's -997. A second pod, with a command of its own, gets the shim in
+// front of it from the cache, without a registry write. With the webhook
+// scaled to nothing, a pod is created as it came. helm uninstall takes the
+// webhook's configuration and its Secret.
 func (r *clusterRun) patchOnUse(ctx context.Context) error {
-	regDir, whDir := filepath.Join(r.dir, "registry"), filepath.Join(r.dir, "webhook")
-	for _, d := range []string{regDir, whDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
+	regDir := filepath.Join(r.dir, "registry")
+	if err := os.MkdirAll(regDir, 0o755); err != nil {
+		return err
 	}
 	reg, err := registrytest.Start(regDir)
 	if err != nil {
@@ -99,26 +118,41 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	src := reg.Host + "/base/vm:old"
-	tag, err := name.NewTag(src, name.Insecure)
+	tag, err := name.NewTag(reg.Host+"/base/vm:old", name.Insecure)
 	if err != nil {
 		return err
 	}
 	if err := remote.Write(tag, img); err != nil {
-		return fmt.Errorf("pushing %s: %w", src, err)
+		return fmt.Errorf("pushing %s: %w", tag, err)
 	}
+	// The same registry, by the name the node and the webhook's pod reach.
 	_, port, _ := net.SplitHostPort(reg.Host)
-	if _, err := r.sh(ctx, registryMirror+"mirror_registry "+reg.Host+" "+port); err != nil {
+	nodeReg := net.JoinHostPort(hostIP, port)
+	src := nodeReg + "/base/vm:old"
+	if _, err := r.sh(ctx, registryMirror+"mirror_registry "+nodeReg+" "+port); err != nil {
 		return err
 	}
-	wh, err := webhooktest.Start(filepath.Join(r.Env.BinDir, "imagepatch"), whDir, "--insecure", "--images", reg.Host+"/base/*")
-	if err != nil {
-		return err
+	fail := func(err error) error {
+		log, _ := r.sh(ctx, registryMirror+"webhook_log | tail -20")
+		return fmt.Errorf("%w\nthe webhook's log:\n%s", err, log)
 	}
-	defer wh.Stop()
-	fail := func(err error) error { return fmt.Errorf("%w\nthe webhook's log:\n%s", err, tailLines(wh.Log(), 20)) }
-	if err := r.Apply(ctx, wh.Config("oomguard-imagepatch")+"---\n"+webhooktest.Namespace("patched", true)); err != nil {
+	if _, err := r.Helm(ctx, "install", webhookRelease, "deploy/helm/oomguard", "--namespace", webhookNamespace, "--create-namespace",
+		"--wait", "--timeout", "5m",
+		"--set", "nodeAgent.enabled=false",
+		"--set", "imagepatchWebhook.enabled=true",
+		"--set", "imagepatchWebhook.images={"+nodeReg+"/base/*}",
+		"--set", "imagepatchWebhook.insecureRegistries=true",
+		"--set", "imagepatchWebhook.replicas=1",
+		"--set", "imagepatchWebhook.hostNetwork=true",
+		"--set", fmt.Sprintf("imagepatchWebhook.port=%d", webhookPort),
+		"--set", fmt.Sprintf("apiServer=https://%s:%d", hostIP, r.Port),
+		// The node is one emulated core: a patch takes seconds there.
+		"--set", "imagepatchWebhook.deadline=25s",
+		"--set", "imagepatchWebhook.timeoutSeconds=30"); err != nil {
 		return fail(err)
+	}
+	if err := r.Apply(ctx, webhooktest.Namespace("patched", true)); err != nil {
+		return err
 	}
 	if err := r.WaitServiceAccounts(ctx, "patched"); err != nil {
 		return err
@@ -144,8 +178,8 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	}
 	image, imageID, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
 	patched, err := name.NewDigest(image, name.Insecure)
-	if err != nil || patched.Context().Name() != reg.Host+"/base/vm" || !strings.HasSuffix(imageID, patched.DigestStr()) {
-		return fail(fmt.Errorf("the Deployment's pod runs %q (image ID %q), want %s/base/vm pinned by its patched digest", image, imageID, reg.Host))
+	if err != nil || patched.Context().Name() != nodeReg+"/base/vm" || !strings.HasSuffix(imageID, patched.DigestStr()) {
+		return fail(fmt.Errorf("the Deployment's pod runs %q (image ID %q), want %s/base/vm pinned by its patched digest", image, imageID, nodeReg))
 	}
 	if err := r.patchedProcs(ctx, "patched", pod); err != nil {
 		return err
@@ -165,17 +199,60 @@ func (r *clusterRun) patchOnUse(ctx context.Context) error {
 	if n := reg.Count("PUT", "") + reg.Count("POST", "") + reg.Count("PATCH", ""); n != 0 {
 		return fmt.Errorf("the second pod on the image wrote to the registry %d times: %v", n, reg.Requests())
 	}
-	r.Note("%s: patch on use: the Deployment on %s ran %s, its init PID 1 at the shim's 900", r.rt.Component, src, patched.DigestStr()[:19])
+	r.Note("%s: patch on use through the chart's webhook Deployment: the Deployment on %s ran %s, its init PID 1 at the shim's 900",
+		r.rt.Component, src, patched.DigestStr()[:19])
+
+	if err := r.webhookDown(ctx, src); err != nil {
+		return fail(err)
+	}
 	// Nothing of this step stays for the others: the node's one CPU, the
 	// webhook's registration, the runtime's mirror (uninstall compares the
 	// node's configuration with what it was before oomguard).
 	if _, err = r.Kubectl(ctx, "delete", "namespace", "patched", "--wait=false"); err != nil {
 		return err
 	}
-	if _, err = r.Kubectl(ctx, "delete", "mutatingwebhookconfiguration", "oomguard-imagepatch"); err != nil {
+	if _, err := r.Helm(ctx, "uninstall", webhookRelease, "--namespace", webhookNamespace, "--wait"); err != nil {
 		return err
 	}
-	_, err = r.sh(ctx, registryMirror+"unmirror_registry "+reg.Host)
+	// The Secret with the webhook's CA is owned by its configuration: the
+	// garbage collector takes it with the release.
+	if err := r.poll(ctx, time.Minute, "the webhook's Secret gone with its configuration", func() (bool, error) {
+		_, err := r.Kubectl(ctx, "-n", webhookNamespace, "get", "secret", webhookName+"-tls")
+		return err != nil && strings.Contains(err.Error(), "NotFound"), nil
+	}); err != nil {
+		return err
+	}
+	if _, err = r.Kubectl(ctx, "delete", "namespace", webhookNamespace, "--wait=false"); err != nil {
+		return err
+	}
+	_, err = r.sh(ctx, registryMirror+"unmirror_registry "+nodeReg)
+	return err
+}
+
+// webhookDown: with the webhook's Deployment scaled to nothing, a pod on
+// the same image is created as it came (failurePolicy Ignore).
+func (r *clusterRun) webhookDown(ctx context.Context, src string) error {
+	if _, err := r.Kubectl(ctx, "-n", webhookNamespace, "scale", "deployment", webhookName, "--replicas=0"); err != nil {
+		return err
+	}
+	if err := r.poll(ctx, 2*time.Minute, "the webhook's pods gone", func() (bool, error) {
+		out, err := r.Kubectl(ctx, "-n", webhookNamespace, "get", "pods", "-o", "name")
+		return err == nil && strings.TrimSpace(string(out)) == "", nil
+	}); err != nil {
+		return err
+	}
+	down := Pod{Name: "down", Namespace: "patched", Image: src, Command: []string{"/sbin/init"}, Memory: "48Mi", CPU: clusterCPU}
+	if err := r.Apply(ctx, down.manifest()); err != nil {
+		return fmt.Errorf("with the webhook down the pod must still be created: %w", err)
+	}
+	out, err := r.Kubectl(ctx, "-n", "patched", "get", "pod", "down", "-o", `jsonpath={.spec.containers[0].image} {.spec.containers[0].command} {.metadata.annotations.oomguard\.io/original-images}`)
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(string(out)); got != src+` ["/sbin/init"]` {
+		return fmt.Errorf("with the webhook down the pod was changed: %q, want its image %s and command as they came, no %s", got, src, admission.AnnotationOriginal)
+	}
+	_, err = r.Kubectl(ctx, "-n", "patched", "delete", "pod", "down", "--wait=false")
 	return err
 }
 

@@ -55,9 +55,17 @@ volumeMounts:
   - name: host-usr-share
     mountPath: /host/usr/share
   {{- end }}
-  {{- if .Values.restartRuntime }}
+  {{- if and .Values.restartRuntime (eq .Values.mode "uninstall") }}
   - name: host-systemd
     mountPath: /host/run/systemd
+  {{- end }}
+  {{- if eq .Values.mode "nri" }}
+  {{- /* Whether the runtime serves NRI already (containerd >= 2.0 and
+  CRI-O >= 1.30 do by default): then there is nothing to install. */}}
+  - name: nri-socket
+    mountPath: /host{{ dir .Values.nri.socket }}
+  - name: state
+    mountPath: /run/oomguard
   {{- end }}
   - name: config
     mountPath: /etc/oomguard
@@ -72,4 +80,13 @@ volumeMounts:
 {{- if hasSuffix "h" $n }}{{ $total = add $total (mul $v 3600) }}{{ else if hasSuffix "m" $n }}{{ $total = add $total (mul $v 60) }}{{ else }}{{ $total = add $total $v }}{{ end -}}
 {{- end -}}
 {{- $total -}}
+{{- end -}}
+
+
+{{- /* Whether the plugin talks to the API server: then it alone gets the
+service account's token. */ -}}
+{{- define "oomguard.api" -}}
+{{- if and (eq .Values.mode "nri") (or .Values.events.enabled .Values.nodeCondition.enabled .Values.restartRuntime) -}}
+true
+{{- end -}}
 {{- end -}}

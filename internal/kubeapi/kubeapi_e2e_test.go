@@ -1,0 +1,137 @@
+//go:build e2e
+
+package kubeapi
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oomguard/oomguard/test/controlplane"
+)
+
+// Through a real API server, with the chart's RBAC for the node agent
+// (restartRuntime on) and a token of its service account: the node's
+// condition is set beside the others and its transition moves only with
+// its status; the restart slots are taken, held, refused to a second node,
+// freed, taken over when their holder stopped renewing; nothing the role
+// does not name is reachable.
+func TestE2ENodeConditionAndSlots(t *testing.T) {
+	repo, _ := filepath.Abs("../..")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: filepath.Join(repo, "build", "components", "kubernetes"), Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		var in []byte
+		if stdin != "" {
+			in = []byte(stdin)
+		}
+		out, err := cp.Kubectl(ctx, in, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	rbac, err := exec.Command(filepath.Join(repo, "build", "components", "helm", "helm"), "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
+		"--namespace", "oomguard", "--set", "restartRuntime=true", "--set", "restartRuntimeMaxAtOnce=1", "--show-only", "templates/serviceaccount.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	kubectl("apiVersion: v1\nkind: Namespace\nmetadata: {name: oomguard}\n---\n"+string(rbac), "apply", "-f", "-")
+	for _, n := range []string{"node-a", "node-b"} {
+		kubectl("apiVersion: v1\nkind: Node\nmetadata: {name: "+n+"}\n", "apply", "-f", "-")
+	}
+	kubectl("", "patch", "node", "node-a", "--subresource", "status", "--type", "merge", "-p",
+		`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status"}]}}`)
+	dir := t.TempDir()
+	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	if err := cp.WaitServiceAccounts(ctx, "oomguard"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(token, []byte(kubectl("", "-n", "oomguard", "create", "token", "gpu-oomguard-nri", "--duration", "1h")), 0o600)
+	os.WriteFile(ca, cp.CA(), 0o644)
+	api, err := FromFiles("https://127.0.0.1:"+strconv.Itoa(cp.Port), token, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cond := &NodeCondition{API: api, Node: "node-a", Type: "OOMGuardRuntimeRestartPending"}
+	get := func() string {
+		return kubectl("", "get", "node", "node-a", "-o", `jsonpath={range .status.conditions[*]}{.type}={.status}/{.reason}@{.lastTransitionTime};{end}`)
+	}
+	if err := cond.Set(ctx, true, "RuntimeRestartPending", "containerd.service has not restarted"); err != nil {
+		t.Fatal(err)
+	}
+	first := get()
+	if !strings.Contains(first, "Ready=True/KubeletReady") || !strings.Contains(first, "OOMGuardRuntimeRestartPending=True/RuntimeRestartPending@") {
+		t.Fatalf("the node's conditions: %s", first)
+	}
+	time.Sleep(1100 * time.Millisecond) // a transition time has seconds
+	cond.Set(ctx, true, "RuntimeRestartPending", "still")
+	if again := get(); again != first {
+		t.Fatalf("the same status moved the transition: %s, then %s", first, again)
+	}
+	cond.Set(ctx, false, "NRIConnected", "serving")
+	if last := get(); !strings.Contains(last, "OOMGuardRuntimeRestartPending=False/NRIConnected@") || last == first {
+		t.Fatalf("a new status keeps its transition: %s, then %s", first, last)
+	}
+
+	slots := func(holder string, d time.Duration) *Slots {
+		return &Slots{API: api, Namespace: "oomguard", Name: "gpu-oomguard-restart", Max: 1, Holder: holder, Duration: d}
+	}
+	a, b := slots("node-a", time.Minute), slots("node-b", time.Minute)
+	if ok, err := a.Acquire(ctx); !ok || err != nil {
+		t.Fatalf("node-a takes the free slot: %v %v", ok, err)
+	}
+	if ok, err := b.Acquire(ctx); ok || err != nil {
+		t.Fatalf("node-b takes the slot node-a holds: %v %v", ok, err)
+	}
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := slots("node-a", time.Minute).Acquire(ctx); !ok || err != nil {
+		t.Fatalf("node-a's plugin, started again, finds its slot: %v %v", ok, err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := cp.Kubectl(ctx, nil, "-n", "oomguard", "get", "leases", "-o", "name"); strings.TrimSpace(string(out)) != "" {
+		t.Fatalf("released, the Lease stays: %s", out)
+	}
+	short := slots("node-b", time.Second)
+	if ok, err := short.Acquire(ctx); !ok || err != nil {
+		t.Fatalf("node-b takes the freed slot: %v %v", ok, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // node-b stops renewing: its node is gone
+	c := slots("node-c", time.Minute)
+	if ok, err := c.Acquire(ctx); !ok || err != nil {
+		t.Fatalf("node-c takes the slot its holder stopped renewing: %v %v", ok, err)
+	}
+	if err := short.Renew(ctx); err == nil || !strings.Contains(err.Error(), "taken from node-b") {
+		t.Fatalf("node-b renews a slot taken from it: %v", err)
+	}
+	if holder := kubectl("", "-n", "oomguard", "get", "lease", "gpu-oomguard-restart-0", "-o", "jsonpath={.spec.holderIdentity}"); holder != "node-c" {
+		t.Fatalf("the slot's holder: %s", holder)
+	}
+
+	other := &Slots{API: api, Namespace: "oomguard", Name: "other", Max: 1, Holder: "node-a", Duration: time.Minute}
+	if _, err := other.Acquire(ctx); Code(err) != 403 {
+		t.Fatalf("a Lease the role does not name: %v, want 403", err)
+	}
+	if err := (&NodeCondition{API: api, Node: "node-a", Type: "x"}).Set(ctx, true, "r", "m"); err != nil {
+		t.Fatalf("any node's status: %v", err)
+	}
+	if err := api.Do(ctx, "GET", "/api/v1/nodes/node-a", "", nil, nil); Code(err) != 403 {
+		t.Fatalf("reading a node: %v, want 403", err)
+	}
+}

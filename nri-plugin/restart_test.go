@@ -1,0 +1,157 @@
+package nriplugin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/install"
+	"github.com/oomguard/oomguard/internal/kernel"
+)
+
+// fakeNode is a node's /proc with its runtime's process, and what the
+// plugin did to it: restarts, slots and the node's condition.
+type fakeNode struct {
+	root      string
+	restarts  []string
+	slotsFree bool
+	held      bool
+	released  int
+	failWith  error
+	cond      []string // status reason, each time set
+}
+
+func (n *fakeNode) runtime(pid, start int) kernel.Started {
+	d := filepath.Join(n.root, "proc", strconv.Itoa(pid))
+	os.MkdirAll(d, 0o755)
+	os.WriteFile(filepath.Join(d, "stat"), fmt.Appendf(nil, "%d (containerd) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 1 1\n", pid, start), 0o644)
+	return kernel.Started{PID: pid, Comm: "containerd", Start: uint64(start)}
+}
+
+func (n *fakeNode) restart(root, unit string) (string, error) {
+	n.restarts = append(n.restarts, unit)
+	if n.failWith != nil {
+		return "/org/freedesktop/systemd1/job/9", n.failWith
+	}
+	os.RemoveAll(filepath.Join(n.root, "proc", "40"))
+	n.runtime(41, 5000)
+	return "/org/freedesktop/systemd1/job/8", nil
+}
+
+func (n *fakeNode) Acquire(context.Context) (bool, error) {
+	if n.slotsFree {
+		n.held = true
+	}
+	return n.held, nil
+}
+func (n *fakeNode) Renew(context.Context) error { return nil }
+func (n *fakeNode) Release(context.Context) error {
+	n.held = false
+	n.released++
+	return nil
+}
+func (n *fakeNode) Set(_ context.Context, status bool, reason, _ string) error {
+	n.cond = append(n.cond, fmt.Sprintf("%v %s", status, reason))
+	return nil
+}
+
+// A node whose runtime has not restarted since install wrote its drop-in:
+// the plugin is waiting, not failing (/healthz 200, the gauge, the node's
+// condition); when it may restart it, it does so once it holds a slot,
+// frees the slot once the runtime serves NRI, and keeps it when the restart
+// fails, until the runtime serves NRI.
+func TestRuntimeWatch(t *testing.T) {
+	for name, tc := range map[string]struct {
+		restart   bool
+		slotsFree bool
+		failWith  error
+		connects  bool // the runtime serves NRI after the restart
+		want      []string
+	}{
+		"the operator restarts":       {connects: true, want: []string{"true RuntimeRestartPending", "false NRIConnected"}},
+		"oomguard restarts, a slot":   {restart: true, slotsFree: true, connects: true, want: []string{"true RuntimeRestartPending", "false NRIConnected"}},
+		"oomguard restarts, no slot":  {restart: true, want: []string{"true RuntimeRestartPending"}},
+		"the restart's job fails":     {restart: true, slotsFree: true, failWith: errors.New(`job ended "failed"`), want: []string{"true RuntimeRestartPending", "true RuntimeRestartFailed"}},
+		"restarted, never serves NRI": {restart: true, slotsFree: true, want: []string{"true RuntimeRestartPending", "true RuntimeRestartFailed"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := &fakeNode{root: t.TempDir(), slotsFree: tc.slotsFree, failWith: tc.failWith}
+			state := filepath.Join(t.TempDir(), "state.json")
+			if err := install.WriteState(state, install.State{Socket: "/var/run/nri/nri.sock",
+				Pending: []install.Pending{{Unit: "containerd.service", Process: n.runtime(40, 1000)}}}); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			m := NewMetrics()
+			p := New(config.Default(), nil, n.root, slog.New(slog.NewTextHandler(&logs, nil)), m)
+			addr := serveMetrics(t, m)
+			w := RuntimeWatch{State: state, Condition: n, Connect: time.Hour}
+			if tc.restart {
+				w.Restart, w.Slots = n.restart, n
+			}
+			r := &restarter{p: p, w: w, log: p.log}
+			ctx := context.Background()
+
+			r.step(ctx)
+			if code, body := get(t, addr); code != http.StatusOK || !strings.Contains(body, "waiting for containerd.service to restart") {
+				t.Fatalf("waiting: /healthz %d %q", code, body)
+			}
+			if got := testutil.ToFloat64(m.restartWait); got != 1 && len(n.restarts) == 0 {
+				t.Fatalf("oomguard_runtime_restart_pending %v while waiting", got)
+			}
+			if !tc.restart { // the operator's restart
+				os.RemoveAll(filepath.Join(n.root, "proc", "40"))
+				n.runtime(41, 5000)
+			}
+			if tc.restart && !tc.slotsFree && len(n.restarts) != 0 {
+				t.Fatalf("restarted without a slot: %v", n.restarts)
+			}
+			if tc.connects {
+				m.setConnected(true)
+			} else if len(n.restarts) > 0 && tc.failWith == nil {
+				r.w.Connect = time.Nanosecond // the runtime had its time
+			}
+			r.step(ctx)
+			r.step(ctx)
+			if got := strings.Join(n.cond, ", "); got != strings.Join(tc.want, ", ") {
+				t.Fatalf("the node's condition: %s, want %s\n%s", got, strings.Join(tc.want, ", "), logs.String())
+			}
+			failed := testutil.ToFloat64(m.restarts.WithLabelValues("failure"))
+			succeeded := testutil.ToFloat64(m.restarts.WithLabelValues("success"))
+			switch {
+			case !tc.restart || !tc.slotsFree:
+				if failed+succeeded != 0 || len(n.restarts) != 0 {
+					t.Fatalf("restarts %v, counted %v/%v", n.restarts, succeeded, failed)
+				}
+			case tc.connects:
+				if succeeded != 1 || len(n.restarts) != 1 || n.held || n.released != 1 {
+					t.Fatalf("a restart that worked: restarts %v, counted %v, slot held %v", n.restarts, succeeded, n.held)
+				}
+			default:
+				if failed != 1 || len(n.restarts) != 1 || !n.held {
+					t.Fatalf("a restart that failed: restarts %v, counted %v, slot held %v (want kept)\n%s", n.restarts, failed, n.held, logs.String())
+				}
+				if code, _ := get(t, addr); code != http.StatusServiceUnavailable {
+					t.Fatalf("a failed restart: /healthz %d, want 503", code)
+				}
+				m.setConnected(true) // the operator fixed it
+				r.step(ctx)
+				if n.held || n.released != 1 || len(n.restarts) != 1 || !strings.HasSuffix(strings.Join(n.cond, ", "), "false NRIConnected") {
+					t.Fatalf("fixed: slot held %v, restarts %v, condition %v", n.held, n.restarts, n.cond)
+				}
+			}
+		})
+	}
+}

@@ -20,7 +20,8 @@ import (
 )
 
 // hostContainerdConfig is containerd 2.x with the CRI (native snapshotter,
-// runc, the cgroupfs driver) and NRI on, every path below one directory.
+// runc, the cgroupfs driver) and NRI on by its default (its section says
+// where, not whether), every path below one directory.
 const hostContainerdConfig = `version = 3
 root = '%[1]s/root'
 state = '%[1]s/state'
@@ -55,7 +56,6 @@ state = '%[1]s/state'
         SystemdCgroup = false
 
 [plugins.'io.containerd.nri.v1.nri']
-  disable = false
   socket_path = '%[1]s/nri.sock'
   plugin_path = '%[1]s/plugins'
   plugin_config_path = '%[1]s/conf.d'
@@ -138,6 +138,18 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// containerd 2.x serves NRI by default: the DaemonSet's install finds it
+	// serving, its configuration (as the node sees it, dir its root) keeping
+	// it so, and changes nothing, asking for no restart.
+	os.MkdirAll(filepath.Join(dir, "etc/containerd"), 0o755)
+	os.WriteFile(filepath.Join(dir, "etc/containerd/config.toml"), []byte(fmt.Sprintf(hostContainerdConfig, "")), 0o644)
+	if out, err := exec.Command(bin, "install", "--nri-only", "--root", dir, "--socket", "/nri.sock").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "unchanged: NRI is on in the running runtime at /nri.sock") {
+		t.Fatalf("install --nri-only on a containerd that serves NRI: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc/containerd/conf.d")); err == nil {
+		t.Fatal("install wrote a drop-in for a containerd that serves NRI")
 	}
 	plugin := exec.Command(bin, "--config", filepath.Join(repo, "deploy", "config.toml"), "--socket", dir+"/nri.sock")
 	plugin.Stdout, plugin.Stderr = &pluginLog, &pluginLog

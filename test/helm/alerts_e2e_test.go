@@ -111,7 +111,8 @@ func TestE2EChartAlertsAndDashboard(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"OomguardPluginDisconnected", "OomguardErrors", "OomguardConfigInvalid", "OomguardNodeDaemonOOMKilled", "OomguardDoctorCritical", "OomguardDoctorStale"}
+	want := []string{"OomguardPluginDisconnected", "OomguardRuntimeRestartPending", "OomguardRuntimeRestartFailed", "OomguardErrors", "OomguardConfigInvalid",
+		"OomguardNodeDaemonOOMKilled", "OomguardDoctorCritical", "OomguardDoctorStale"}
 	if fmt.Sprint(alerts) != fmt.Sprint(want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}

@@ -256,6 +256,7 @@ func TestE2EWebhook(t *testing.T) {
 		t.Fatalf("helm template: %v", err)
 	}
 	kubectl(string(rendered), "apply", "--dry-run=server", "-f", "-")
+	certManagerObjects(t, kubectl, helm, repo, reg.Host)
 
 	// The webhook down: pods are created unchanged.
 	webhook.Stop()
@@ -424,5 +425,59 @@ func waitFor(t *testing.T, what string, f func() bool) {
 			t.Fatalf("waited 2m for %s", what)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// certManagerVersion is the cert-manager whose CRDs the chart's
+// tls.certManager objects are validated against.
+const certManagerVersion = "v1.21.2"
+
+// certManagerObjects: with tls.certManager=true, the chart's Issuers and
+// Certificates as the API server validates them against cert-manager's own
+// CRDs (from its module on the Go module proxy; its controller and
+// cainjector are modules of their own the proxy does not serve, so they
+// are not run), strictly; the Certificate names the Service and writes the
+// Secret the Deployment mounts, and the webhook configuration asks
+// cainjector for that Certificate's CA.
+func certManagerObjects(t *testing.T, kubectl func(string, ...string) string, helm, repo, registry string) {
+	t.Helper()
+	dl := exec.Command("go", "mod", "download", "-json", "github.com/cert-manager/cert-manager@"+certManagerVersion)
+	dl.Dir = t.TempDir()
+	dl.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	out, err := dl.Output()
+	var mod struct{ Dir, Error string }
+	if err != nil || json.Unmarshal(out, &mod) != nil || mod.Dir == "" {
+		t.Fatalf("cert-manager %s from the Go module proxy: %v %s", certManagerVersion, err, mod.Error)
+	}
+	var crds []string
+	for _, kind := range []string{"issuers", "clusterissuers", "certificates", "certificaterequests"} {
+		b, err := os.ReadFile(filepath.Join(mod.Dir, "deploy", "crds", "cert-manager.io_"+kind+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds = append(crds, string(b))
+	}
+	kubectl(strings.Join(crds, "\n---\n"), "apply", "-f", "-")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if strings.Contains(kubectl("", "api-resources", "--api-group", "cert-manager.io", "-o", "name"), "certificates.cert-manager.io") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cert-manager's CRDs not served")
+		}
+	}
+	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
+		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}", "--set", "imagepatchWebhook.tls.certManager=true",
+		"--show-only", "templates/imagepatch-webhook.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	kubectl(string(rendered), "apply", "--dry-run=server", "--validate=strict", "-f", "-")
+	const name = "oomguard-imagepatch-webhook"
+	for _, want := range []string{"secretName: " + name + "-tls", "dnsNames: [" + name + ".kube-system.svc,", "cert-manager.io/inject-ca-from: kube-system/" + name,
+		"secret: {secretName: " + name + "-tls}", "isCA: true"} {
+		if !strings.Contains(string(rendered), want) {
+			t.Errorf("the chart's cert-manager objects lack %q", want)
+		}
 	}
 }

@@ -38,8 +38,10 @@ const caLifetimes = 10
 
 // renew returns kp with whatever is missing, broken, naming other hosts or
 // in the last third of its life made anew, and why; kp itself if nothing is.
-// A new CA keeps the previous one in the bundle, so a replica still serving
-// the previous pair stays trusted.
+// A new CA keeps the previous one in the bundle, and the serving pair the
+// previous CA signed is kept while it is good: an API server that has not
+// seen the new bundle yet (informers, other API servers) still trusts what
+// is served, and a later check issues the pair from the new CA.
 func renew(kp keyPair, hosts []string, validity time.Duration, now time.Time) (keyPair, string, error) {
 	ca, caKey, caErr := parseCA(kp)
 	why := ""
@@ -50,12 +52,17 @@ func renew(kp keyPair, hosts []string, validity time.Duration, now time.Time) (k
 		why = "the CA expires " + ca.NotAfter.UTC().Format(time.RFC3339)
 	}
 	if why != "" {
+		prev := kp
 		var err error
 		ca, caKey, kp, err = newCA(kp, validity, now)
 		if err != nil {
 			return kp, "", err
 		}
-	} else if reason := servingStale(kp, ca, hosts, now); reason != "" {
+		if caErr == nil && servingStale(prev, hosts, now) == "" {
+			kp.Cert, kp.Key = prev.Cert, prev.Key
+			return kp, why, nil
+		}
+	} else if reason := servingStale(kp, hosts, now); reason != "" {
 		why = reason
 	} else {
 		return kp, "", nil
@@ -68,22 +75,40 @@ func renew(kp keyPair, hosts []string, validity time.Duration, now time.Time) (k
 	return kp, why, nil
 }
 
-// servingStale says why kp's serving pair needs making again, or "".
-func servingStale(kp keyPair, ca *x509.Certificate, hosts []string, now time.Time) string {
+// servingStale says why kp's serving pair needs making again, or "": it
+// must be signed by a CA of the bundle that is still valid.
+func servingStale(kp keyPair, hosts []string, now time.Time) string {
 	pair, err := tls.X509KeyPair(kp.Cert, kp.Key)
 	if err != nil {
 		return "no usable serving pair: " + err.Error()
 	}
 	c := pair.Leaf
+	signed := slices.ContainsFunc(parseBundle(kp.Bundle), func(ca *x509.Certificate) bool {
+		return now.Before(ca.NotAfter) && c.CheckSignatureFrom(ca) == nil
+	})
 	switch {
-	case c.CheckSignatureFrom(ca) != nil:
-		return "the serving certificate is not the CA's"
+	case !signed:
+		return "the serving certificate is not a CA's of the bundle"
 	case !slices.Equal(certHosts(c), sortedHosts(hosts)):
 		return fmt.Sprintf("the serving certificate names %v, not %v", certHosts(c), sortedHosts(hosts))
 	case c.NotAfter.Sub(now) < c.NotAfter.Sub(c.NotBefore)/3:
 		return "the serving certificate expires " + c.NotAfter.UTC().Format(time.RFC3339)
 	}
 	return ""
+}
+
+// parseBundle is every certificate of a PEM bundle, newest CA first.
+func parseBundle(b []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for {
+		var p *pem.Block
+		if p, b = pem.Decode(b); p == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(p.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
 }
 
 func parseCA(kp keyPair) (*x509.Certificate, *ecdsa.PrivateKey, error) {

@@ -35,16 +35,19 @@ func TestRenew(t *testing.T) {
 		why        string // prefix; "" nothing renewed
 		newCA      bool
 		bundleSize int
+		keepsPair  bool // the previous CA's pair, still served: the API server may not trust the new CA yet
 	}{
-		{"fresh", fresh, hosts, t0.Add(time.Hour), "", false, 1},
-		{"hosts in another order", fresh, []string{"127.0.0.1", "hook.oomguard.svc"}, t0, "", false, 1},
-		{"two thirds of its life", fresh, hosts, t0.Add(validity * 2 / 3).Add(time.Hour), "the serving certificate expires", false, 1},
-		{"other hosts", fresh, []string{"hook.other.svc"}, t0, "the serving certificate names", false, 1},
-		{"a serving pair of another CA", keyPair{Bundle: fresh.Bundle, CAKey: fresh.CAKey, Cert: other.Cert, Key: other.Key}, hosts, t0, "the serving certificate is not the CA's", false, 1},
-		{"a serving pair that is not one", keyPair{Bundle: fresh.Bundle, CAKey: fresh.CAKey, Cert: fresh.Cert, Key: other.Key}, hosts, t0, "no usable serving pair", false, 1},
-		{"the CA's key is another's", broken, hosts, t0, "no usable CA", true, 2},
-		{"the CA near its end", fresh, hosts, t0.Add(caLifetimes*validity - validity), "the CA expires", true, 2},
-		{"the CA expired", fresh, hosts, t0.Add(caLifetimes * validity).Add(time.Hour), "the CA expires", true, 1},
+		{"fresh", fresh, hosts, t0.Add(time.Hour), "", false, 1, false},
+		{"hosts in another order", fresh, []string{"127.0.0.1", "hook.oomguard.svc"}, t0, "", false, 1, false},
+		{"two thirds of its life", fresh, hosts, t0.Add(validity * 2 / 3).Add(time.Hour), "the serving certificate expires", false, 1, false},
+		{"other hosts", fresh, []string{"hook.other.svc"}, t0, "the serving certificate names", false, 1, false},
+		{"a serving pair of another CA", keyPair{Bundle: fresh.Bundle, CAKey: fresh.CAKey, Cert: other.Cert, Key: other.Key}, hosts, t0, "the serving certificate is not a CA's of the bundle", false, 1, false},
+		{"a serving pair that is not one", keyPair{Bundle: fresh.Bundle, CAKey: fresh.CAKey, Cert: fresh.Cert, Key: other.Key}, hosts, t0, "no usable serving pair", false, 1, false},
+		{"the CA's key is another's", broken, hosts, t0, "no usable CA", true, 2, false},
+		{"the CA near its end, its pair good", renewedAt(t, fresh, hosts, validity, t0.Add(caLifetimes*validity-2*validity)), hosts, t0.Add(caLifetimes*validity - 2*validity + time.Hour),
+			"the CA expires", true, 2, true},
+		{"the CA near its end, its pair at its end", fresh, hosts, t0.Add(caLifetimes*validity - validity), "the CA expires", true, 2, false},
+		{"the CA expired", fresh, hosts, t0.Add(caLifetimes * validity).Add(time.Hour), "the CA expires", true, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, why, err := renew(tc.kp, tc.hosts, validity, tc.at)
@@ -76,14 +79,40 @@ func TestRenew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			roots := x509.NewCertPool()
-			roots.AddCert(bundle[0])
+			if kept := string(got.Cert) == string(tc.kp.Cert); kept != tc.keepsPair {
+				t.Fatalf("kept the serving pair: %v, want %v", kept, tc.keepsPair)
+			}
+			if signedByNewest := pair.Leaf.CheckSignatureFrom(bundle[0]) == nil; signedByNewest == tc.keepsPair {
+				t.Fatalf("the pair signed by the newest CA: %v", signedByNewest)
+			}
+			roots := x509.NewCertPool() // what the API server trusts: the whole bundle
+			for _, c := range bundle {
+				roots.AddCert(c)
+			}
 			if _, err := pair.Leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: tc.hosts[0], CurrentTime: tc.at}); err != nil {
-				t.Fatalf("the new pair does not verify against the bundle: %v", err)
+				t.Fatalf("the pair does not verify against the bundle: %v", err)
 			}
 			if again, why, _ := renew(got, tc.hosts, validity, tc.at); why != "" || serial(again) != serial(got) {
 				t.Fatalf("renewed again at once: %q", why)
 			}
+			if tc.keepsPair { // its last third, later: from the new CA
+				later := pair.Leaf.NotAfter.Add(-time.Hour)
+				next, why, _ := renew(got, tc.hosts, validity, later)
+				p, _ := tls.X509KeyPair(next.Cert, next.Key)
+				if !strings.HasPrefix(why, "the serving certificate expires") || p.Leaf.CheckSignatureFrom(bundle[0]) != nil {
+					t.Fatalf("the kept pair at its end: %q, want a pair from the new CA", why)
+				}
+			}
 		})
 	}
+}
+
+// renewedAt is kp as the webhook keeps it at at: its serving pair renewed.
+func renewedAt(t *testing.T, kp keyPair, hosts []string, validity time.Duration, at time.Time) keyPair {
+	t.Helper()
+	kp, why, err := renew(kp, hosts, validity, at)
+	if err != nil || why == "" {
+		t.Fatalf("renew at %s: %q %v", at, why, err)
+	}
+	return kp
 }

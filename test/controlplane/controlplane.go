@@ -282,6 +282,28 @@ func (c *Cluster) NodeKubeconfig(server, node string) ([]byte, error) {
 // CA is the cluster's certificate authority, PEM-encoded.
 func (c *Cluster) CA() []byte { return c.ca.pem }
 
+// Request sends body (JSON, or nil) to the API server as the admin and
+// returns its answer; a status other than 2xx is an error with the answer.
+func (c *Cluster) Request(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("https://127.0.0.1:%d%s", c.Port, path), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := *c.client
+	client.Timeout = 0 // ctx's: deleting a thousand pods takes longer than a readiness check
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err == nil && resp.StatusCode/100 != 2 {
+		err = fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(out[:min(len(out), 512)]))
+	}
+	return out, err
+}
+
 // Kubectl runs kubectl as the admin; the error carries its stderr.
 func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "kubectl"), append([]string{"--kubeconfig", c.Admin}, args...)...)

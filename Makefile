@@ -32,7 +32,7 @@ HOST_E2E_PKGS := ./hook/... ./internal/enforce/ ./internal/kubeapi/ ./internal/e
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench bench-smoke demo lint deps clean image
+.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench bench-smoke demo lint deps clean image image-bin release
 
 all: build
 
@@ -55,11 +55,23 @@ shims: build
 IMAGE ?=
 IMAGE_PROGRAMS := oomguard-nri oomguard-doctor oomguard-hook imagepatch
 CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-image:
+image: image-bin
+	$(GO) run ./cmd/mkrelease --image-only --bin $(BUILD)/image-bin --out $(BUILD)/image --release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push-image $(IMAGE))
+
+# The release in build/release: the image (OCI layout), the chart packaged
+# and pinned to its digest, the image's SBOM (SPDX) and SHA256SUMS, the same
+# bytes for the same commit. Pushed only when asked:
+#   make release IMAGE=registry.example/oomguard:v1 CHART_REPO=oci://registry.example/charts
+CHART_REPO ?=
+release: image-bin
+	$(GO) run ./cmd/mkrelease --bin $(BUILD)/image-bin --chart deploy/helm/oomguard --out $(BUILD)/release \
+		--release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push-image $(IMAGE)) $(if $(CHART_REPO),--push-chart $(CHART_REPO))
+
+# The image's programs for each platform, stamped with the release.
+image-bin:
 	@set -e; for a in $(SHIM_ARCHES); do for p in $(IMAGE_PROGRAMS); do \
 		GOOS=linux GOARCH=$$a LDFLAGS="$(STAMP)" $(GOBUILD) $(BUILD)/image-bin/$$a/$$p ./cmd/$$p; \
 	done; done
-	$(GO) run ./cmd/mkimage --bin $(BUILD)/image-bin --out $(BUILD)/image --release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push $(IMAGE))
 
 # Binaries only the tests use: the VM's workload and its agent.
 test-bins:

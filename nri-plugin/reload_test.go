@@ -86,7 +86,8 @@ func TestReload(t *testing.T) {
 	}
 	os.Remove(path)
 	logs.Reset()
-	if seen = p.reload(path, seen); score() != 800 || !strings.Contains(logs.String(), "configuration file gone") {
+	p.reload(path, seen)
+	if score() != 800 || !strings.Contains(logs.String(), "configuration file gone") {
 		t.Fatalf("file removed: score %d, logged %q", score(), logs.String())
 	}
 }

@@ -1,6 +1,7 @@
 package nriplugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,9 +46,10 @@ type Slots interface {
 	Release(ctx context.Context) error
 }
 
-// NodeCondition publishes one condition of the node.
+// NodeCondition publishes one condition of the node: status is True, False
+// or Unknown.
 type NodeCondition interface {
-	Set(ctx context.Context, status bool, reason, message string) error
+	Set(ctx context.Context, status, reason, message string) error
 }
 
 // ConditionType is the node condition the plugin keeps: True while the
@@ -57,15 +59,15 @@ const ConditionType = "OOMGuardRuntimeRestartPending"
 // runtimeState is the plugin's view of its runtime, for /healthz, the
 // gauge and the node's condition.
 type runtimeState struct {
-	status          bool   // the condition's
-	reason, message string // the condition's
-	waiting         string // the units waited for, "" when none
+	status, reason, message string // the condition's
+	waiting                 string // the units waited for, "" when none
 }
 
-// WatchRuntime keeps the runtime's state until ctx ends.
+// WatchRuntime keeps the runtime's state until ctx ends; then the node's
+// condition says Unknown: nothing on the node reports it any more.
 func (p *Plugin) WatchRuntime(ctx context.Context, w RuntimeWatch) {
-	w.Interval = cmpOr(w.Interval, 5*time.Second)
-	w.Connect = cmpOr(w.Connect, 2*time.Minute)
+	w.Interval = cmp.Or(w.Interval, 5*time.Second)
+	w.Connect = cmp.Or(w.Connect, 2*time.Minute)
 	r := &restarter{p: p, w: w, log: p.log.With("part", "runtime-restart")}
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
@@ -73,17 +75,13 @@ func (p *Plugin) WatchRuntime(ctx context.Context, w RuntimeWatch) {
 		r.step(ctx)
 		select {
 		case <-ctx.Done():
+			stop, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			r.publish(stop, runtimeState{status: "Unknown", reason: "PluginStopped", message: "oomguard-nri stopped on this node."})
 			return
 		case <-t.C:
 		}
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 type restarter struct {
@@ -97,6 +95,7 @@ type restarter struct {
 	restarted time.Time // when this plugin restarted the runtime
 	failed    string    // why its restart failed
 	noSlot    bool      // logged that no slot was free
+	warned    string    // the last problem logged, said once
 }
 
 // phase is where this plugin's restart of the runtime is: it restarts it
@@ -105,8 +104,8 @@ type phase int
 
 const (
 	notRestarted phase = iota
-	restarted           // waiting for the runtime to serve NRI
-	failed              // the slot held until it does
+	restarted          // waiting for the runtime to serve NRI
+	failed             // the slot held until it does
 	done
 )
 
@@ -115,7 +114,7 @@ const (
 func (r *restarter) step(ctx context.Context) {
 	st, err := install.ReadState(r.w.State)
 	if err != nil {
-		r.log.Warn("cannot read what install left; waiting for nothing", "err", err)
+		r.warnOnce("cannot read what install left; waiting for nothing", err)
 	}
 	waiting := st.Waiting(r.p.root)
 	connected := r.p.m.isConnected.Load()
@@ -124,13 +123,13 @@ func (r *restarter) step(ctx context.Context) {
 	for _, w := range waiting {
 		units = append(units, w.Unit)
 	}
-	s := runtimeState{reason: "NRIConnected", message: "The runtime serves NRI: oomguard sets the OOM settings of new containers."}
+	s := runtimeState{status: "False", reason: "NRIConnected", message: "The runtime serves NRI: oomguard sets the OOM settings of new containers."}
 	switch {
 	case connected:
 	case r.phase == failed:
-		s.status, s.reason, s.message = true, "RuntimeRestartFailed", r.failed
+		s.status, s.reason, s.message = "True", "RuntimeRestartFailed", r.failed
 	case len(waiting) > 0:
-		s.status, s.waiting, s.reason = true, strings.Join(units, " "), "RuntimeRestartPending"
+		s.status, s.waiting, s.reason = "True", strings.Join(units, " "), "RuntimeRestartPending"
 		s.message = fmt.Sprintf("%s has not restarted since oomguard enabled NRI in its configuration: until it does, new containers get kubelet's OOM settings. Restart it when it suits you (systemctl restart %s), or let oomguard (restartRuntime=true).",
 			s.waiting, s.waiting)
 	default:
@@ -215,8 +214,17 @@ func (r *restarter) publish(ctx context.Context, s runtimeState) {
 		return
 	}
 	if err := r.w.Condition.Set(ctx, s.status, s.reason, s.message); err != nil {
-		r.log.Warn("cannot set the node's condition", "type", ConditionType, "err", err)
+		r.warnOnce("cannot set the node's condition "+ConditionType, err)
 		return
 	}
 	r.published = &s
+}
+
+// warnOnce logs a problem the first time it is met: the loop meets it
+// every few seconds.
+func (r *restarter) warnOnce(msg string, err error) {
+	if key := msg + err.Error(); key != r.warned {
+		r.warned = key
+		r.log.Warn(msg, "err", err)
+	}
 }

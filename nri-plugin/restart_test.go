@@ -62,8 +62,8 @@ func (n *fakeNode) Release(context.Context) error {
 	n.released++
 	return nil
 }
-func (n *fakeNode) Set(_ context.Context, status bool, reason, _ string) error {
-	n.cond = append(n.cond, fmt.Sprintf("%v %s", status, reason))
+func (n *fakeNode) Set(_ context.Context, status, reason, _ string) error {
+	n.cond = append(n.cond, status+" "+reason)
 	return nil
 }
 
@@ -80,11 +80,11 @@ func TestRuntimeWatch(t *testing.T) {
 		connects  bool // the runtime serves NRI after the restart
 		want      []string
 	}{
-		"the operator restarts":       {connects: true, want: []string{"true RuntimeRestartPending", "false NRIConnected"}},
-		"oomguard restarts, a slot":   {restart: true, slotsFree: true, connects: true, want: []string{"true RuntimeRestartPending", "false NRIConnected"}},
-		"oomguard restarts, no slot":  {restart: true, want: []string{"true RuntimeRestartPending"}},
-		"the restart's job fails":     {restart: true, slotsFree: true, failWith: errors.New(`job ended "failed"`), want: []string{"true RuntimeRestartPending", "true RuntimeRestartFailed"}},
-		"restarted, never serves NRI": {restart: true, slotsFree: true, want: []string{"true RuntimeRestartPending", "true RuntimeRestartFailed"}},
+		"the operator restarts":       {connects: true, want: []string{"True RuntimeRestartPending", "False NRIConnected"}},
+		"oomguard restarts, a slot":   {restart: true, slotsFree: true, connects: true, want: []string{"True RuntimeRestartPending", "False NRIConnected"}},
+		"oomguard restarts, no slot":  {restart: true, want: []string{"True RuntimeRestartPending"}},
+		"the restart's job fails":     {restart: true, slotsFree: true, failWith: errors.New(`job ended "failed"`), want: []string{"True RuntimeRestartPending", "True RuntimeRestartFailed"}},
+		"restarted, never serves NRI": {restart: true, slotsFree: true, want: []string{"True RuntimeRestartPending", "True RuntimeRestartFailed"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := &fakeNode{root: t.TempDir(), slotsFree: tc.slotsFree, failWith: tc.failWith}
@@ -148,10 +148,38 @@ func TestRuntimeWatch(t *testing.T) {
 				}
 				m.setConnected(true) // the operator fixed it
 				r.step(ctx)
-				if n.held || n.released != 1 || len(n.restarts) != 1 || !strings.HasSuffix(strings.Join(n.cond, ", "), "false NRIConnected") {
+				if n.held || n.released != 1 || len(n.restarts) != 1 || !strings.HasSuffix(strings.Join(n.cond, ", "), "False NRIConnected") {
 					t.Fatalf("fixed: slot held %v, restarts %v, condition %v", n.held, n.restarts, n.cond)
 				}
 			}
 		})
+	}
+}
+
+// The plugin stopping (its pod deleted, the chart uninstalled) leaves the
+// node's condition Unknown: nothing there reports the runtime any more.
+func TestRuntimeWatchStops(t *testing.T) {
+	n := &fakeNode{root: t.TempDir()}
+	state := filepath.Join(t.TempDir(), "state.json")
+	install.WriteState(state, install.State{Pending: []install.Pending{{Unit: "crio.service", Process: n.runtime(40, 1000)}}})
+	p := New(config.Default(), nil, n.root, slog.New(slog.DiscardHandler), NewMetrics())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		p.WatchRuntime(ctx, RuntimeWatch{State: state, Condition: n, Interval: time.Hour})
+		close(done)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if p.m.waiting.Load() != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never waiting")
+		}
+	}
+	cancel()
+	<-done
+	if got := strings.Join(n.cond, ", "); got != "True RuntimeRestartPending, Unknown PluginStopped" {
+		t.Fatalf("the node's condition: %s", got)
 	}
 }

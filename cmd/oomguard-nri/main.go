@@ -158,7 +158,15 @@ func plugin(f flags, stderr io.Writer) int {
 				w.Slots = &kubeapi.Slots{API: api, Namespace: ns, Name: name, Max: f.maxAtOnce, Holder: f.node, Duration: time.Minute}
 			}
 		}
-		go p.WatchRuntime(ctx, w)
+		watched := make(chan struct{})
+		go func() { p.WatchRuntime(ctx, w); close(watched) }()
+		// Stopping, it says so on the node (the condition's Unknown) first.
+		defer func() {
+			select {
+			case <-watched:
+			case <-time.After(3 * time.Second):
+			}
+		}()
 	}
 	go p.WatchConfig(ctx, config.Path(f.cfgPath), cfg.NRI.ReloadInterval.Duration)
 	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {

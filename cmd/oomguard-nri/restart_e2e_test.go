@@ -374,7 +374,7 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 	n.setUnit(t, failingUnit)
 	os.Remove(filepath.Join(node, install.ContainerdDropIn))
 	installNode()
-	startPlugin()
+	p2 := startPlugin()
 	eventually("a failed restart counted, said, its slot kept", func() bool {
 		code, _ := scrape("/healthz")
 		holder, _ := kubectl("", "-n", "oomguard", "get", "lease", "gpu-oomguard-restart-0", "-o", "jsonpath={.spec.holderIdentity}")
@@ -393,4 +393,12 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 		leases, _ := kubectl("", "-n", "oomguard", "get", "leases", "-o", "name")
 		return code == 200 && leases == "" && condition() == "NRIConnected"
 	})
+
+	// Stopped as kubelet stops a container: the condition says nothing
+	// reports the node any more.
+	syscall.Kill(-p2.Process.Pid, syscall.SIGTERM)
+	p2.Wait()
+	if got := condition(); got != "PluginStopped" {
+		t.Fatalf("the condition's reason after the plugin stopped: %q; its log:\n%s", got, logs.String())
+	}
 }

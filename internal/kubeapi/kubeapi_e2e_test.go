@@ -69,19 +69,24 @@ func TestE2ENodeConditionAndSlots(t *testing.T) {
 	get := func() string {
 		return kubectl("", "get", "node", "node-a", "-o", `jsonpath={range .status.conditions[*]}{.type}={.status}/{.reason}@{.lastTransitionTime};{end}`)
 	}
-	if err := cond.Set(ctx, true, "RuntimeRestartPending", "containerd.service has not restarted"); err != nil {
+	if err := cond.Set(ctx, "True", "RuntimeRestartPending", "containerd.service has not restarted"); err != nil {
 		t.Fatal(err)
 	}
 	first := get()
 	if !strings.Contains(first, "Ready=True/KubeletReady") || !strings.Contains(first, "OOMGuardRuntimeRestartPending=True/RuntimeRestartPending@") {
 		t.Fatalf("the node's conditions: %s", first)
 	}
+	// What the chart's NOTES and the README tell the operator to run.
+	columns := kubectl("", "get", "nodes", "-o", `custom-columns=NODE:.metadata.name,RESTART PENDING:.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].status`)
+	if lines := strings.Split(columns, "\n"); len(lines) != 3 || strings.Join(strings.Fields(lines[1]), " ") != "node-a True" || strings.Join(strings.Fields(lines[2]), " ") != "node-b <none>" {
+		t.Fatalf("kubectl's columns:\n%s", columns)
+	}
 	time.Sleep(1100 * time.Millisecond) // a transition time has seconds
-	cond.Set(ctx, true, "RuntimeRestartPending", "still")
+	cond.Set(ctx, "True", "RuntimeRestartPending", "still")
 	if again := get(); again != first {
 		t.Fatalf("the same status moved the transition: %s, then %s", first, again)
 	}
-	cond.Set(ctx, false, "NRIConnected", "serving")
+	cond.Set(ctx, "False", "NRIConnected", "serving")
 	if last := get(); !strings.Contains(last, "OOMGuardRuntimeRestartPending=False/NRIConnected@") || last == first {
 		t.Fatalf("a new status keeps its transition: %s, then %s", first, last)
 	}
@@ -128,7 +133,7 @@ func TestE2ENodeConditionAndSlots(t *testing.T) {
 	if _, err := other.Acquire(ctx); Code(err) != 403 {
 		t.Fatalf("a Lease the role does not name: %v, want 403", err)
 	}
-	if err := (&NodeCondition{API: api, Node: "node-a", Type: "x"}).Set(ctx, true, "r", "m"); err != nil {
+	if err := (&NodeCondition{API: api, Node: "node-a", Type: "x"}).Set(ctx, "True", "r", "m"); err != nil {
 		t.Fatalf("any node's status: %v", err)
 	}
 	if err := api.Do(ctx, "GET", "/api/v1/nodes/node-a", "", nil, nil); Code(err) != 403 {

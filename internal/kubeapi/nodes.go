@@ -16,7 +16,7 @@ type NodeCondition struct {
 	Node string
 	Type string
 
-	last       *bool
+	last       string // the status last set
 	transition time.Time
 }
 
@@ -29,22 +29,19 @@ type condition struct {
 	LastTransitionTime string `json:"lastTransitionTime"`
 }
 
-// Set publishes the condition: a strategic merge of the node's status
-// conditions, keyed by type, so that the kubelet's and others' stay.
-func (c *NodeCondition) Set(ctx context.Context, status bool, reason, message string) error {
+// Set publishes the condition, its status True, False or Unknown: a
+// strategic merge of the node's status conditions, keyed by type, so that
+// the kubelet's and others' stay.
+func (c *NodeCondition) Set(ctx context.Context, status, reason, message string) error {
 	now := time.Now().UTC()
-	if c.last == nil || *c.last != status {
+	if c.last != status {
 		c.transition = now
 	}
-	st := "False"
-	if status {
-		st = "True"
-	}
-	patch := map[string]any{"status": map[string]any{"conditions": []condition{{Type: c.Type, Status: st, Reason: reason, Message: message,
+	patch := map[string]any{"status": map[string]any{"conditions": []condition{{Type: c.Type, Status: status, Reason: reason, Message: message,
 		LastHeartbeatTime: now.Format(time.RFC3339), LastTransitionTime: c.transition.Format(time.RFC3339)}}}}
 	if err := c.API.Do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(c.Node)+"/status", "application/strategic-merge-patch+json", patch, nil); err != nil {
 		return fmt.Errorf("set the condition %s of node %s: %w", c.Type, c.Node, err)
 	}
-	c.last = &status
+	c.last = status
 	return nil
 }

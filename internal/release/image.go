@@ -1,5 +1,5 @@
 // Package release builds oomguard's release image, as `make image` runs it
-// (cmd/mkimage): a multi-platform OCI image index (linux/amd64, linux/arm64)
+// (cmd/mkrelease): a multi-platform OCI image index (linux/amd64, linux/arm64)
 // whose images are the static oomguard-nri, oomguard-doctor, oomguard-hook
 // and imagepatch (its webhook) as one layer on nothing, with fixed times, so the same commit
 // gives the same digest; written as an OCI image layout, pushed on request.

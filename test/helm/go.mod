@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/prometheus/prometheus v0.305.0
+	github.com/spdx/tools-golang v0.5.7
 	helm.sh/helm/v3 v3.19.0
 	k8s.io/api v0.34.0
 	sigs.k8s.io/kustomize/kustomize/v5 v5.7.1
@@ -20,6 +21,7 @@ require (
 	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
 	github.com/Masterminds/squirrel v1.5.4 // indirect
 	github.com/Masterminds/vcs v1.13.3 // indirect
+	github.com/anchore/go-struct-converter v0.1.0 // indirect
 	github.com/asaskevich/govalidator v0.0.0-20230301143203-a9d515a09cc2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

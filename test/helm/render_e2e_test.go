@@ -530,3 +530,50 @@ func TestE2EChartWebhookOnly(t *testing.T) {
 		t.Fatalf("two replicas keep one through a drain: %+v", o["PodDisruptionBudget"])
 	}
 }
+
+// The README's table of the chart's values names every value values.yaml
+// has, down to the leaves the schema closes (free-form maps, such as
+// selectors, and a container's resources are one value).
+func TestE2EChartValuesDocumented(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	raw, _ := os.ReadFile(filepath.Join(chart, "values.yaml"))
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	sb, _ := os.ReadFile(filepath.Join(chart, "values.schema.json"))
+	if err := json.Unmarshal(sb, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var leaves []string
+	var walk func(path string, v any, s map[string]any)
+	walk = func(path string, v any, s map[string]any) {
+		m, isMap := v.(map[string]any)
+		props, closed := s["properties"].(map[string]any)
+		desc, _ := s["description"].(string)
+		if !isMap || !closed || s["additionalProperties"] != false || strings.HasPrefix(desc, "A container's resources") {
+			leaves = append(leaves, path)
+			return
+		}
+		for k, x := range m {
+			ps, _ := props[k].(map[string]any)
+			walk(strings.TrimPrefix(path+"."+k, "."), x, ps)
+		}
+	}
+	walk("", values, schema)
+	for _, l := range leaves {
+		if l == "global" {
+			continue
+		}
+		if !bytes.Contains(readme, []byte("| `"+l+"`")) && !bytes.Contains(readme, []byte(", `"+l+"`")) {
+			t.Errorf("the README's table of values lacks %s", l)
+		}
+	}
+	if len(leaves) < 40 {
+		t.Fatalf("only %d values found: %v", len(leaves), leaves)
+	}
+}

@@ -92,10 +92,9 @@ type restarter struct {
 	held      bool          // a restart slot
 	renewed   time.Time
 	phase     phase
-	restarted time.Time // when this plugin restarted the runtime
-	failed    string    // why its restart failed
-	noSlot    bool      // logged that no slot was free
-	warned    string    // the last problem logged, said once
+	restarted time.Time         // when this plugin restarted the runtime
+	failed    string            // why its restart failed
+	said      map[string]string // each message said once, with its last error
 }
 
 // phase is where this plugin's restart of the runtime is: it restarts it
@@ -114,7 +113,7 @@ const (
 func (r *restarter) step(ctx context.Context) {
 	st, err := install.ReadState(r.w.State)
 	if err != nil {
-		r.warnOnce("cannot read what install left; waiting for nothing", err)
+		r.sayOnce(slog.LevelWarn, "cannot read what install left; waiting for nothing", err)
 	}
 	waiting := st.Waiting(r.p.root)
 	connected := r.p.m.isConnected.Load()
@@ -156,10 +155,7 @@ func (r *restarter) restart(ctx context.Context, waiting []install.Pending) {
 			return
 		}
 		if !ok {
-			if !r.noSlot {
-				r.log.Info("every restart slot is held by another node; waiting for one")
-				r.noSlot = true
-			}
+			r.sayOnce(slog.LevelInfo, "every restart slot is held by another node; waiting for one", nil)
 			return
 		}
 		r.held, r.renewed = true, time.Now()
@@ -214,17 +210,29 @@ func (r *restarter) publish(ctx context.Context, s runtimeState) {
 		return
 	}
 	if err := r.w.Condition.Set(ctx, s.status, s.reason, s.message); err != nil {
-		r.warnOnce("cannot set the node's condition "+ConditionType, err)
+		r.sayOnce(slog.LevelWarn, "cannot set the node's condition "+ConditionType, err)
 		return
 	}
 	r.published = &s
 }
 
-// warnOnce logs a problem the first time it is met: the loop meets it
-// every few seconds.
-func (r *restarter) warnOnce(msg string, err error) {
-	if key := msg + err.Error(); key != r.warned {
-		r.warned = key
-		r.log.Warn(msg, "err", err)
+// sayOnce logs what the loop meets every few seconds the first time only
+// (again when its error changes).
+func (r *restarter) sayOnce(level slog.Level, msg string, err error) {
+	why := ""
+	if err != nil {
+		why = err.Error()
+	}
+	if prev, ok := r.said[msg]; ok && prev == why {
+		return
+	}
+	if r.said == nil {
+		r.said = map[string]string{}
+	}
+	r.said[msg] = why
+	if err != nil {
+		r.log.Log(context.Background(), level, msg, "err", err)
+	} else {
+		r.log.Log(context.Background(), level, msg)
 	}
 }

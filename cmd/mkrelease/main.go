@@ -42,7 +42,7 @@ func main() {
 			o.Meta.Created = time.Unix(epoch, 0).UTC()
 			var err error
 			if imageOnly {
-				err = release.Publish(s.Stdout, o.Bin, o.Out, o.PushImage, o.Meta)
+				_, err = release.Publish(s.Stdout, o.Bin, o.Out, o.PushImage, o.Meta)
 			} else {
 				err = release.Release(s.Stdout, o)
 			}

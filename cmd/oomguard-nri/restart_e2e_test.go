@@ -255,40 +255,30 @@ func TestE2ERestartPaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cp.Stop()
-	kubectl := func(stdin string, args ...string) (string, error) {
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
-		}
-		out, err := cp.Kubectl(ctx, in, args...)
-		return strings.TrimSpace(string(out)), err
-	}
-	must := func(out string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+	kubectl := cp.KubectlFor(ctx, t)
+	// What may not be there yet (polled): its error is an answer.
+	maybe := func(args ...string) string {
+		out, _ := cp.Kubectl(ctx, nil, args...)
+		return strings.TrimSpace(string(out))
 	}
 	rbac, err := exec.Command(filepath.Join(repo, "build", "components", "helm", "helm"), "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
 		"--namespace", "oomguard", "--set", "restartRuntime=true", "--show-only", "templates/serviceaccount.yaml").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
-	must(kubectl("apiVersion: v1\nkind: Namespace\nmetadata: {name: oomguard}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n---\n"+string(rbac), "apply", "-f", "-"))
-	if err := cp.WaitServiceAccounts(ctx, "oomguard"); err != nil {
+	kubectl("apiVersion: v1\nkind: Namespace\nmetadata: {name: oomguard}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n---\n"+string(rbac), "apply", "-f", "-")
+	dir := t.TempDir()
+	token, ca, err := cp.ServiceAccountFiles(ctx, "oomguard", "gpu-oomguard-nri", dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	token, ca, state := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "state.json")
-	os.WriteFile(token, []byte(must(kubectl("", "-n", "oomguard", "create", "token", "gpu-oomguard-nri", "--duration", "1h"))), 0o600)
-	os.WriteFile(ca, cp.CA(), 0o644)
+	state := filepath.Join(dir, "state.json")
 	// Another node restarts its runtime: it holds the only slot.
-	must(kubectl(fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+	kubectl(fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata: {name: gpu-oomguard-restart-0, namespace: oomguard}
 spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
-`, time.Now().UTC().Format("2006-01-02T15:04:05.000000Z")), "apply", "-f", "-"))
+`, time.Now().UTC().Format("2006-01-02T15:04:05.000000Z")), "apply", "-f", "-")
 
 	nsenter := func(args ...string) *exec.Cmd {
 		cmd := exec.Command("nsenter", append([]string{"-t", n.pid1, "-p", "--", exe}, args...)...)
@@ -332,8 +322,7 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 		return resp.StatusCode, string(b)
 	}
 	condition := func() string {
-		out, _ := kubectl("", "get", "node", "node-a", "-o", `jsonpath={.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].reason}`)
-		return out
+		return maybe("get", "node", "node-a", "-o", `jsonpath={.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].reason}`)
 	}
 	eventually := func(what string, ok func() bool) {
 		t.Helper()
@@ -361,10 +350,10 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 	if pid := n.mainPID(); pid != before {
 		t.Fatalf("the runtime restarted (main PID %s, was %s) while another node held the only slot", pid, before)
 	}
-	must(kubectl("", "-n", "oomguard", "delete", "lease", "gpu-oomguard-restart-0")) // that node is done
+	kubectl("", "-n", "oomguard", "delete", "lease", "gpu-oomguard-restart-0") // that node is done
 	eventually("the restart, NRI served, the slot freed", func() bool {
 		code, body := scrape("/healthz")
-		leases, _ := kubectl("", "-n", "oomguard", "get", "leases", "-o", "name")
+		leases := maybe("-n", "oomguard", "get", "leases", "-o", "name")
 		return code == 200 && body == "ok\n" && counted("success") && leases == "" && condition() == "NRIConnected"
 	})
 	n.waitRestarted(t, before)
@@ -377,7 +366,7 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 	p2 := startPlugin()
 	eventually("a failed restart counted, said, its slot kept", func() bool {
 		code, _ := scrape("/healthz")
-		holder, _ := kubectl("", "-n", "oomguard", "get", "lease", "gpu-oomguard-restart-0", "-o", "jsonpath={.spec.holderIdentity}")
+		holder := maybe("-n", "oomguard", "get", "lease", "gpu-oomguard-restart-0", "-o", "jsonpath={.spec.holderIdentity}")
 		return code == 503 && counted("failure") && holder == "node-a" && condition() == "RuntimeRestartFailed"
 	})
 	if !strings.Contains(logs.String(), `restarting containerd.service ended \"failed\"`) {
@@ -390,7 +379,7 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 	}
 	eventually("the fixed node frees the slot", func() bool {
 		code, _ := scrape("/healthz")
-		leases, _ := kubectl("", "-n", "oomguard", "get", "leases", "-o", "name")
+		leases := maybe("-n", "oomguard", "get", "leases", "-o", "name")
 		return code == 200 && leases == "" && condition() == "NRIConnected"
 	})
 

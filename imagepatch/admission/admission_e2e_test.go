@@ -119,18 +119,7 @@ func TestE2EWebhook(t *testing.T) {
 	}
 	webhook := start()
 
-	kubectl := func(stdin string, args ...string) string {
-		t.Helper()
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
-		}
-		out, err := cp.Kubectl(ctx, in, args...)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, cp.Logs(10))
-		}
-		return string(out)
-	}
+	kubectl := cp.KubectlFor(ctx, t)
 	kubectl(webhook.Config("oomguard-imagepatch")+"---\n"+webhooktest.Namespace("ml", true)+"---\n"+webhooktest.Namespace("plain", false), "apply", "-f", "-")
 	if err := cp.WaitServiceAccounts(ctx, "ml", "plain"); err != nil {
 		t.Fatal(err)
@@ -182,7 +171,7 @@ func TestE2EWebhook(t *testing.T) {
 		return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"ml"},"spec":{"containers":[{"name":"main","image":%q%s}]}}`, name, image, command)
 	}
 	getPod := func(ns, name, path string) string {
-		return strings.TrimSpace(kubectl("", "-n", ns, "get", "pod", name, "-o", "jsonpath="+path))
+		return kubectl("", "-n", ns, "get", "pod", name, "-o", "jsonpath="+path)
 	}
 	kubectl(podSpec("cmd", ref("ubuntu:20.04"), `,"command":["/bin/sh","-c","exec sleep 1d"]`), "create", "-f", "-")
 	if got := getPod("ml", "cmd", "{.spec.containers[0].command}"); got != `["/.oomguard/oomguard-init","--","/bin/sh","-c","exec sleep 1d"]` {
@@ -266,7 +255,7 @@ func TestE2EWebhook(t *testing.T) {
 	}
 	kubectl("", "delete", "mutatingwebhookconfiguration", "oomguard-imagepatch")
 
-	selfSigned(ctx, t, cp, kubectl, helm, repo, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
+	selfSigned(ctx, t, cp, helm, repo, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
 }
 
 // selfSigned: the webhook's own CA, as the chart deploys it (its RBAC,
@@ -275,9 +264,9 @@ func TestE2EWebhook(t *testing.T) {
 // through the API server; the serving certificate is renewed in the last
 // third of its life and the API server goes on trusting it; deleting the
 // configuration (helm uninstall) takes the Secret.
-func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, kubectlRaw func(string, ...string) string, helm, repo, bin, registry, pod, want string) {
+func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, helm, repo, bin, registry, pod, want string) {
 	const cfgName, ns, secret = "oomguard-imagepatch-webhook", "oomguard", "oomguard-imagepatch-webhook-tls"
-	kubectl := func(stdin string, args ...string) string { return strings.TrimSpace(kubectlRaw(stdin, args...)) }
+	kubectl := cp.KubectlFor(ctx, t)
 	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", ns,
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}",
 		"--show-only", "templates/imagepatch-webhook.yaml").Output()
@@ -296,12 +285,8 @@ func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, kub
 		t.Fatalf("the chart's webhook has %d RBAC objects, want 5:\n%s", len(rbac), rendered)
 	}
 	kubectl(webhooktest.Namespace(ns, false)+"---\n"+strings.Join(rbac, "\n---\n"), "apply", "-f", "-")
-	dir := t.TempDir()
-	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(token, []byte(kubectl("", "-n", ns, "create", "token", cfgName, "--duration", "1h")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(ca, cp.CA(), 0o644); err != nil {
+	token, ca, err := cp.ServiceAccountFiles(ctx, ns, cfgName, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The chart makes the configuration with the Deployment; a replica

@@ -54,13 +54,9 @@ func crio(w *changes.Set, cfg *config.Config) error {
 		if p <= CRIODropIn || p == CRIOConfig {
 			continue
 		}
-		b, err := w.ReadFile(p, changes.MaxFile)
+		c, err := readCRIONRI(w, p)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		var c crioNRI
-		if _, err := toml.Decode(string(b), &c); err != nil {
-			return fmt.Errorf("%s is not TOML CRI-O can read (%v): fix it first", p, err)
+			return err
 		}
 		if e := c.Crio.NRI.Enable; e != nil && !*e {
 			return fmt.Errorf("%s is read after oomguard's drop-in and sets enable_nri = false, which wins: remove that line (or the file) and run install again", p)
@@ -70,6 +66,19 @@ func crio(w *changes.Set, cfg *config.Config) error {
 		}
 	}
 	return w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644)
+}
+
+// readCRIONRI is what the file p of CRI-O's configuration says of NRI.
+func readCRIONRI(w *changes.Set, p string) (crioNRI, error) {
+	var c crioNRI
+	b, err := w.ReadFile(p, changes.MaxFile)
+	if err != nil {
+		return c, fmt.Errorf("read %s: %w", p, err)
+	}
+	if _, err := toml.Decode(string(b), &c); err != nil {
+		return c, fmt.Errorf("%s is not TOML CRI-O can read (%v): fix it first", p, err)
+	}
+	return c, nil
 }
 
 // crioFiles are the files of CRI-O's configuration, in the order it reads them.

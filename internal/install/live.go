@@ -1,11 +1,8 @@
 package install
 
 import (
-	"fmt"
 	"net"
 	"time"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/changes"
@@ -81,16 +78,12 @@ func crioKeepsNRI(w *changes.Set, cfg *config.Config) (bool, error) {
 	}
 	enable, listen := true, cfg.NRI.Socket
 	for _, p := range files {
-		b, err := w.ReadFile(p, changes.MaxFile)
-		if err != nil {
-			if p == CRIOConfig && !w.Exists(p) {
-				continue
-			}
-			return false, fmt.Errorf("read %s: %w", p, err)
+		if p == CRIOConfig && !w.Exists(p) {
+			continue
 		}
-		var c crioNRI
-		if _, err := toml.Decode(string(b), &c); err != nil {
-			return false, fmt.Errorf("%s is not TOML CRI-O can read (%v): fix it first", p, err)
+		c, err := readCRIONRI(w, p)
+		if err != nil {
+			return false, err
 		}
 		if e := c.Crio.NRI.Enable; e != nil {
 			enable = *e

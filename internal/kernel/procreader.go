@@ -140,11 +140,11 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 // /proc/PID/stat: "pid (comm) state ppid pgrp session tty tpgid flags …",
 // where comm may hold spaces and parentheses.
 func parseStat(stat []byte) (comm string, ppid int, kthread bool, err error) {
-	open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || closing < open {
-		return "", 0, false, errors.New("no (comm)")
+	comm, rest, err := statComm(stat)
+	if err != nil {
+		return "", 0, false, err
 	}
-	fields := statFields(stat[closing+1:])
+	fields := statFields(rest)
 	if fields[1] == nil {
 		return "", 0, false, errors.New("no ppid")
 	}
@@ -152,7 +152,17 @@ func parseStat(stat []byte) (comm string, ppid int, kthread bool, err error) {
 	if flags, ok := ParseInt(fields[6]); ok {
 		kthread = flags&0x00200000 != 0 // PF_KTHREAD
 	}
-	return string(stat[open+1 : closing]), ppid, kthread, nil
+	return comm, ppid, kthread, nil
+}
+
+// statComm splits /proc/PID/stat at its comm, which may hold spaces and
+// parentheses: the last ')' ends it.
+func statComm(stat []byte) (comm string, rest []byte, err error) {
+	open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || closing < open {
+		return "", nil, errors.New("no (comm)")
+	}
+	return string(stat[open+1 : closing]), stat[closing+1:], nil
 }
 
 // statFields returns the first seven space-separated fields after comm:

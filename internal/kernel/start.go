@@ -40,11 +40,11 @@ func ReadStarted(root string, pid int) (Started, error) {
 // parseStart reads comm and starttime, the 20th field after comm, from
 // /proc/PID/stat; comm may hold spaces and parentheses.
 func parseStart(stat []byte) (string, uint64, error) {
-	open, closing := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || closing < open {
-		return "", 0, errors.New("no (comm)")
+	comm, rest, err := statComm(stat)
+	if err != nil {
+		return "", 0, err
 	}
-	f := bytes.Fields(stat[closing+1:])
+	f := bytes.Fields(rest)
 	if len(f) < 20 {
 		return "", 0, errors.New("no starttime")
 	}
@@ -52,7 +52,7 @@ func parseStart(stat []byte) (string, uint64, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("starttime %q: %w", f[19], err)
 	}
-	return string(stat[open+1 : closing]), start, nil
+	return comm, start, nil
 }
 
 // Running: the same process still runs (the pid not reused).

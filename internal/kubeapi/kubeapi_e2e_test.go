@@ -4,7 +4,6 @@ package kubeapi
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -30,18 +29,7 @@ func TestE2ENodeConditionAndSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cp.Stop()
-	kubectl := func(stdin string, args ...string) string {
-		t.Helper()
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
-		}
-		out, err := cp.Kubectl(ctx, in, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	kubectl := cp.KubectlFor(ctx, t)
 	rbac, err := exec.Command(filepath.Join(repo, "build", "components", "helm", "helm"), "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
 		"--namespace", "oomguard", "--set", "restartRuntime=true", "--set", "restartRuntimeMaxAtOnce=1", "--show-only", "templates/serviceaccount.yaml").Output()
 	if err != nil {
@@ -53,13 +41,10 @@ func TestE2ENodeConditionAndSlots(t *testing.T) {
 	}
 	kubectl("", "patch", "node", "node-a", "--subresource", "status", "--type", "merge", "-p",
 		`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status"}]}}`)
-	dir := t.TempDir()
-	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
-	if err := cp.WaitServiceAccounts(ctx, "oomguard"); err != nil {
+	token, ca, err := cp.ServiceAccountFiles(ctx, "oomguard", "gpu-oomguard-nri", t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(token, []byte(kubectl("", "-n", "oomguard", "create", "token", "gpu-oomguard-nri", "--duration", "1h")), 0o600)
-	os.WriteFile(ca, cp.CA(), 0o644)
 	api, err := FromFiles("https://127.0.0.1:"+strconv.Itoa(cp.Port), token, ca)
 	if err != nil {
 		t.Fatal(err)

@@ -112,15 +112,12 @@ func (s *Slots) Acquire(ctx context.Context) (bool, error) {
 		default:
 			continue
 		}
-		switch Code(err) {
-		case 0:
-			if err != nil {
-				return false, fmt.Errorf("take the restart slot %s/%s: %w", s.Namespace, name, err)
-			}
+		switch {
+		case err == nil:
 			s.held = name
 			return true, nil
-		case http.StatusConflict: // 409 too when it exists already
-			continue // another holder was quicker
+		case Code(err) == http.StatusConflict: // a create of one that exists too: another holder was quicker
+			continue
 		default:
 			return false, fmt.Errorf("take the restart slot %s/%s: %w", s.Namespace, name, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -120,16 +121,8 @@ func tgz(prefix string, files map[string][]byte, mtime time.Time) ([]byte, error
 		return nil, err
 	}
 	tw := tar.NewWriter(zw)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(files)) {
 		h := &tar.Header{Name: prefix + "/" + n, Mode: 0o644, Size: int64(len(files[n])), ModTime: mtime, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
-		if strings.Contains(n, "..") {
-			return nil, fmt.Errorf("%s: no such path in a chart", n)
-		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}

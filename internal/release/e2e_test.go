@@ -29,7 +29,7 @@ func TestE2EPushToRegistry(t *testing.T) {
 	ref := reg.Host + "/oomguard/oomguard:e2e"
 	m := Meta{Version: "e2e", Commit: "abc", Created: time.Unix(1700000000, 0).UTC()}
 	bin, out := fakeBinaries(t), t.TempDir()
-	if err := Publish(io.Discard, bin, out, ref, m); err != nil {
+	if _, err := Publish(io.Discard, bin, out, ref, m); err != nil {
 		t.Fatal(err)
 	}
 	want, _, err := Build(bin, m)

@@ -42,21 +42,22 @@ type Meta struct {
 }
 
 // Publish builds the index from bin, writes it as an OCI layout at out, and
-// pushes it to push unless that is "", saying on w what it did.
-func Publish(w io.Writer, bin, out, push string, m Meta) error {
+// pushes it to push unless that is "", saying on w what it did; it returns
+// the index's digest.
+func Publish(w io.Writer, bin, out, push string, m Meta, opts ...name.Option) (v1.Hash, error) {
 	idx, sizes, err := Build(bin, m)
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	if err := os.RemoveAll(out); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	if _, err := layout.Write(out, idx); err != nil {
-		return fmt.Errorf("write the OCI layout %s: %w", out, err)
+		return v1.Hash{}, fmt.Errorf("write the OCI layout %s: %w", out, err)
 	}
 	d, err := idx.Digest()
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	for _, a := range Arches {
 		fmt.Fprintf(w, "linux/%s: image %d bytes, binaries %d bytes: %.3f×\n", a, sizes[a][0], sizes[a][1], float64(sizes[a][0])/float64(sizes[a][1]))
@@ -64,17 +65,17 @@ func Publish(w io.Writer, bin, out, push string, m Meta) error {
 	fmt.Fprintf(w, "wrote %s: %s\nin deploy/: kustomize edit set image %s=%s:%s (pinned: %s@%s, once pushed there)\n",
 		out, d, Repository, Repository, m.Version, Repository, d)
 	if push == "" {
-		return nil
+		return d, nil
 	}
-	ref, err := name.ParseReference(push)
+	ref, err := name.ParseReference(push, opts...)
 	if err != nil {
-		return fmt.Errorf("--push %q: %w", push, err)
+		return d, fmt.Errorf("the image's reference %q: %w", push, err)
 	}
 	if err := remote.WriteIndex(ref, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-		return fmt.Errorf("push to %s: %w", ref, err)
+		return d, fmt.Errorf("push the image to %s: %w", ref, err)
 	}
 	fmt.Fprintf(w, "pushed %s@%s\n", ref.Context(), d)
-	return nil
+	return d, nil
 }
 
 // Build makes the index from bin/ARCH/PROGRAM, and says per arch how big its

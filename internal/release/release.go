@@ -9,10 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // Options are what `make release` gives Release.
@@ -34,27 +31,17 @@ type Options struct {
 // image's SBOM; SHA256SUMS of them. It pushes the image and the chart only
 // when asked, saying on w what it wrote and pushed.
 func Release(w io.Writer, o Options) error {
-	idx, _, err := Build(o.Bin, o.Meta)
-	if err != nil {
-		return err
-	}
-	d, err := idx.Digest()
-	if err != nil {
-		return err
-	}
 	if err := os.RemoveAll(o.Out); err != nil {
 		return err
 	}
-	if _, err := layout.Write(filepath.Join(o.Out, "image"), idx); err != nil {
-		return fmt.Errorf("write the image's OCI layout: %w", err)
+	d, err := Publish(w, o.Bin, filepath.Join(o.Out, "image"), o.PushImage, o.Meta, o.NameOptions...)
+	if err != nil {
+		return err
 	}
 	repository := ""
-	var imageRef name.Reference
 	if o.PushImage != "" {
-		if imageRef, err = name.ParseReference(o.PushImage, o.NameOptions...); err != nil {
-			return fmt.Errorf("the image's reference %q: %w", o.PushImage, err)
-		}
-		repository = imageRef.Context().Name()
+		ref, _ := name.ParseReference(o.PushImage, o.NameOptions...) // Publish pushed to it
+		repository = ref.Context().Name()
 	}
 	chart, err := PackageChart(o.Chart, o.Meta, repository, d.String())
 	if err != nil {
@@ -64,29 +51,22 @@ func Release(w io.Writer, o Options) error {
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{chart.FileName(): chart.Archive, "oomguard-" + o.Meta.Version + ".spdx.json": sbom}
-	index, err := os.ReadFile(filepath.Join(o.Out, "image", "index.json"))
-	if err != nil {
-		return err
-	}
 	var sums strings.Builder
-	for _, f := range []string{chart.FileName(), "oomguard-" + o.Meta.Version + ".spdx.json"} {
-		if err := os.WriteFile(filepath.Join(o.Out, f), files[f], 0o644); err != nil {
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{chart.FileName(), chart.Archive}, {"oomguard-" + o.Meta.Version + ".spdx.json", sbom}} {
+		if err := os.WriteFile(filepath.Join(o.Out, f.name), f.data, 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(&sums, "%s  %s\n", sum(files[f]), f)
+		fmt.Fprintf(&sums, "%s  %s\n", sum(f.data), f.name)
 	}
-	fmt.Fprintf(&sums, "%s  image/index.json\n", sum(index))
+	// The layout's index.json is the image index itself: its sum is d.
+	fmt.Fprintf(&sums, "%s  image/index.json\n", d.Hex)
 	if err := os.WriteFile(filepath.Join(o.Out, "SHA256SUMS"), []byte(sums.String()), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "wrote %s: the image %s (image/), the chart %s %s pinned to it, its SBOM (SPDX), SHA256SUMS\n", o.Out, d, chart.Name, chart.Version)
-	if imageRef != nil {
-		if err := remote.WriteIndex(imageRef, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-			return fmt.Errorf("push the image to %s: %w", imageRef, err)
-		}
-		fmt.Fprintf(w, "pushed the image %s@%s\n", imageRef.Context(), d)
-	}
 	if o.PushChart != "" {
 		ref, cd, err := PushChart(chart, o.PushChart, o.NameOptions...)
 		if err != nil {

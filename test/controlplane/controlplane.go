@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -317,6 +318,41 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 		return out, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
+}
+
+// KubectlFor is Kubectl for a test: stdin "" for none, the output trimmed;
+// a failure ends the test, with the end of the control plane's logs.
+func (c *Cluster) KubectlFor(ctx context.Context, t testing.TB) func(stdin string, args ...string) string {
+	return func(stdin string, args ...string) string {
+		t.Helper()
+		var in []byte
+		if stdin != "" {
+			in = []byte(stdin)
+		}
+		out, err := c.Kubectl(ctx, in, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, c.Logs(10))
+		}
+		return strings.TrimSpace(string(out))
+	}
+}
+
+// ServiceAccountFiles waits for namespace ns's service accounts and writes
+// a token of account (valid an hour) and the cluster's CA into dir, as a
+// pod's service account mount holds them.
+func (c *Cluster) ServiceAccountFiles(ctx context.Context, ns, account, dir string) (token, ca string, err error) {
+	if err := c.WaitServiceAccounts(ctx, ns); err != nil {
+		return "", "", err
+	}
+	out, err := c.Kubectl(ctx, nil, "-n", ns, "create", "token", account, "--duration", "1h")
+	if err != nil {
+		return "", "", err
+	}
+	token, ca = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(token, bytes.TrimSpace(out), 0o600); err != nil {
+		return "", "", err
+	}
+	return token, ca, os.WriteFile(ca, c.CA(), 0o644)
 }
 
 // WaitServiceAccounts waits, 2 minutes at most, until each namespace has

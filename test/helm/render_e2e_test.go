@@ -345,21 +345,15 @@ func TestE2EChartEvents(t *testing.T) {
 // restartRuntimeMaxAtOnce Leases, which its account may take and nothing
 // else.
 func TestE2EChartRestartPaced(t *testing.T) {
-	out := tool(t, "helm", "template", "gpu", chart, "--namespace", "oomguard", "--set", "restartRuntime=true", "--set", "restartRuntimeMaxAtOnce=3")
-	var role *rbacv1.Role
-	for _, j := range documents(t, out) {
-		var r rbacv1.Role
-		if json.Unmarshal(j, &r) == nil && r.Kind == "Role" {
-			role = &r
-		}
-	}
+	o := objects(t, tool(t, "helm", "template", "gpu", chart, "--namespace", "oomguard", "--set", "restartRuntime=true", "--set", "restartRuntimeMaxAtOnce=3"))
+	role, _ := o["Role"].(*rbacv1.Role)
 	want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"gpu-oomguard-restart-0", "gpu-oomguard-restart-1", "gpu-oomguard-restart-2"},
 			Verbs: []string{"get", "patch", "delete"}}}
 	if role == nil || !reflect.DeepEqual(role.Rules, want) || role.Namespace != "oomguard" {
 		t.Fatalf("the restart slots' role: %+v", role)
 	}
-	spec := objects(t, out)["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
+	spec := o["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		args := strings.Join(c.Args, " ")
 		systemd := false

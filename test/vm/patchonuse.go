@@ -93,7 +93,7 @@ spec:
 const (
 	webhookRelease   = "patch"
 	webhookNamespace = "oomguard-patch"
-	webhookName      = "patch-oomguard-imagepatch-webhook"
+	webhookName      = webhookRelease + "-oomguard-imagepatch-webhook" // the chart's names
 )
 
 // patchOnUse: the chart's webhook is installed with helm --wait; a

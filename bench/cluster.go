@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/test/vm"
+	"github.com/oomguard/oomguard/test/vm/scenarios"
 )
 
 func init() { sections = append(sections, section{"cluster", benchCluster}) }
@@ -32,7 +33,7 @@ func benchCluster(int) (bool, error) {
 		return false, err
 	}
 	var s vm.Scenario
-	for _, sc := range vm.Scenarios() {
+	for _, sc := range scenarios.All() {
 		if sc.Name == "cluster" {
 			s = sc
 		}
@@ -41,7 +42,7 @@ func benchCluster(int) (bool, error) {
 	fmt.Printf("  %-20s %28s %14s %14s %8s\n", "node", "helm install → guarded pod", "pod start with", "without", "ratio")
 	ok := true
 	for _, v := range s.Variants {
-		run, err := env.Boot(context.Background(), s, v)
+		run, err := env.Boot(context.Background(), s, v, nil)
 		if err != nil {
 			return false, err
 		}

@@ -27,77 +27,74 @@ func benchDoctor(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	dir, err := os.MkdirTemp("", "oomguard-bench-doctor")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(dir)
-	fmt.Fprintf(os.Stderr, "writing a fixture node of %d processes…\n", doctorProcs)
-	root := filepath.Join(dir, "node")
-	procs, files := nodefixture.Large(doctorProcs, doctorCtrs)
-	if err := nodefixture.Write(root, procs, files); err != nil {
-		return false, err
-	}
-	floor, err := testbin.Build(dir, "doctorfloor", "./bench/doctorfloor")
-	if err != nil {
-		return false, err
-	}
-	cmds := []func() *exec.Cmd{
-		func() *exec.Cmd { return exec.Command(bin, "--root", root, "--sample", "0", "--tree") },
-		func() *exec.Cmd { return exec.Command(floor, root) },
-	}
-	names := []string{"oomguard-doctor --tree", "read-only floor"}
-	script, scriptErr := ominfoScript()
-	if scriptErr == nil {
-		// The script reads /proc: give it the fixture there, in a private mount namespace.
-		cmds = append(cmds, func() *exec.Cmd {
-			return exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
-				`mount --bind "$1/proc" /proc && exec python3 "$2"`, "sh", root, script)
-		})
-		names = append(names, "oom_info.py (incident notes)")
-	}
-	times := make([][]time.Duration, len(cmds))
-	rss := make([]int64, len(cmds))
-	for range doctorRuns {
+	return withDir("oomguard-bench-doctor", func(dir string) (bool, error) {
+		fmt.Fprintf(os.Stderr, "writing a fixture node of %d processes…\n", doctorProcs)
+		root := filepath.Join(dir, "node")
+		procs, files := nodefixture.Large(doctorProcs, doctorCtrs)
+		if err := nodefixture.Write(root, procs, files); err != nil {
+			return false, err
+		}
+		floor, err := testbin.Build(dir, "doctorfloor", "./bench/doctorfloor")
+		if err != nil {
+			return false, err
+		}
+		cmds := []func() *exec.Cmd{
+			func() *exec.Cmd { return exec.Command(bin, "--root", root, "--sample", "0", "--tree") },
+			func() *exec.Cmd { return exec.Command(floor, root) },
+		}
+		names := []string{"oomguard-doctor --tree", "read-only floor"}
+		script, scriptErr := ominfoScript()
+		if scriptErr == nil {
+			// The script reads /proc: give it the fixture there, in a private mount namespace.
+			cmds = append(cmds, func() *exec.Cmd {
+				return exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+					`mount --bind "$1/proc" /proc && exec python3 "$2"`, "sh", root, script)
+			})
+			names = append(names, "oom_info.py (incident notes)")
+		}
+		times := make([][]time.Duration, len(cmds))
+		rss := make([]int64, len(cmds))
+		for range doctorRuns {
+			for i, mk := range cmds {
+				c := mk()
+				start := time.Now()
+				out, err := c.CombinedOutput()
+				d := time.Since(start)
+				if ee, ok := err.(*exec.ExitError); ok && i == 0 && ee.ExitCode() <= 2 {
+					err = nil // exit 1 and 2 are findings
+				}
+				if err != nil {
+					return false, fmt.Errorf("%s: %v: %s", names[i], err, out)
+				}
+				if i == 2 && !strings.Contains(string(out), "[1] systemd") {
+					return false, fmt.Errorf("oom_info.py did not read the fixture: %s", out[:min(len(out), 300)])
+				}
+				times[i] = append(times[i], d)
+			}
+		}
 		for i, mk := range cmds {
-			c := mk()
-			start := time.Now()
-			out, err := c.CombinedOutput()
-			d := time.Since(start)
-			if ee, ok := err.(*exec.ExitError); ok && i == 0 && ee.ExitCode() <= 2 {
-				err = nil // exit 1 and 2 are findings
+			if rss[i], err = peakRSS(mk()); err != nil {
+				return false, fmt.Errorf("%s: %w", names[i], err)
 			}
-			if err != nil {
-				return false, fmt.Errorf("%s: %v: %s", names[i], err, out)
-			}
-			if i == 2 && !strings.Contains(string(out), "[1] systemd") {
-				return false, fmt.Errorf("oom_info.py did not read the fixture: %s", out[:min(len(out), 300)])
-			}
-			times[i] = append(times[i], d)
 		}
-	}
-	for i, mk := range cmds {
-		if rss[i], err = peakRSS(mk()); err != nil {
-			return false, fmt.Errorf("%s: %w", names[i], err)
+		doc, fl := quantile(times[0], .5), quantile(times[1], .5)
+		floorRatio := float64(doc) / float64(fl)
+		ok := doc <= time.Second && rss[0] <= 50<<20 && floorRatio <= 1.5
+		fmt.Printf("oomguard-doctor: full report with the process tree, fixture node of %d processes in %d containers, median of %d runs\n", doctorProcs, doctorCtrs, doctorRuns)
+		fmt.Printf("  %-34s %10s %12s\n", "", "wall", "peak RSS")
+		for i, n := range names {
+			fmt.Printf("  %-34s %10s %9.1f MB\n", n, ms(quantile(times[i], .5)), float64(rss[i])/(1<<20))
 		}
-	}
-	doc, fl := quantile(times[0], .5), quantile(times[1], .5)
-	floorRatio := float64(doc) / float64(fl)
-	ok := doc <= time.Second && rss[0] <= 50<<20 && floorRatio <= 1.5
-	fmt.Printf("oomguard-doctor: full report with the process tree, fixture node of %d processes in %d containers, median of %d runs\n", doctorProcs, doctorCtrs, doctorRuns)
-	fmt.Printf("  %-34s %10s %12s\n", "", "wall", "peak RSS")
-	for i, n := range names {
-		fmt.Printf("  %-34s %10s %9.1f MB\n", n, ms(quantile(times[i], .5)), float64(rss[i])/(1<<20))
-	}
-	fmt.Printf("  doctor %s (goal ≤ 1 s), %.1f MB (goal ≤ 50 MB), %.2f× its read-only floor (goal ≤ 1.5×)", ms(doc), float64(rss[0])/(1<<20), floorRatio)
-	if scriptErr != nil {
-		fmt.Printf(": %s\n  oom_info.py skipped: %v\n", verdict(ok), scriptErr)
+		fmt.Printf("  doctor %s (goal ≤ 1 s), %.1f MB (goal ≤ 50 MB), %.2f× its read-only floor (goal ≤ 1.5×)", ms(doc), float64(rss[0])/(1<<20), floorRatio)
+		if scriptErr != nil {
+			fmt.Printf(": %s\n  oom_info.py skipped: %v\n", verdict(ok), scriptErr)
+			return ok, nil
+		}
+		speedup := float64(quantile(times[2], .5)) / float64(doc)
+		ok = ok && speedup >= 5
+		fmt.Printf(", %.1f× faster than oom_info.py (goal ≥ 5×): %s\n", speedup, verdict(ok))
 		return ok, nil
-	}
-	speedup := float64(quantile(times[2], .5)) / float64(doc)
-	ok = ok && speedup >= 5
-	fmt.Printf(", %.1f× faster than oom_info.py (goal ≥ 5×): %s\n", speedup, verdict(ok))
-	return ok, nil
+	})
 }
 
 // peakRSS runs c once under GNU time and returns its peak resident set. A

@@ -43,68 +43,60 @@ func benchImagepatch(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	dir, err := os.MkdirTemp("", "oomguard-bench-imagepatch")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(dir)
-	reg, err := registrytest.Start(dir)
-	if err != nil {
-		return false, err
-	}
-	defer reg.Stop()
+	return withRegistry("imagepatch", func(dir string, reg *registrytest.Registry) (bool, error) {
 
-	fmt.Fprintf(os.Stderr, "seeding %d tags × 2 repositories…\n", benchTags)
-	baseLayers, err := seedBench(reg.Host, []string{"bench/ip", "bench/crane"})
-	if err != nil {
-		return false, err
-	}
-	layerTar := filepath.Join(dir, "patch.tar")
-	if err := os.WriteFile(layerTar, mustLayerTar(), 0o644); err != nil {
-		return false, err
-	}
-
-	reg.Reset()
-	start := time.Now()
-	out, err := exec.Command(bin, "apply", "--repo", reg.Host+"/bench/ip", "--tag-regex", "^t[0-9]+$", "--jobs", fmt.Sprint(benchJobs)).CombinedOutput()
-	ipTime := time.Since(start)
-	if err != nil {
-		return false, fmt.Errorf("imagepatch apply: %v\n%s", err, out)
-	}
-	var up, baseDown int64
-	requests := len(reg.Requests())
-	for _, q := range reg.Requests() {
-		if q.Method == http.MethodPut || q.Method == http.MethodPatch || q.Method == http.MethodPost {
-			up += q.In
+		fmt.Fprintf(os.Stderr, "seeding %d tags × 2 repositories…\n", benchTags)
+		baseLayers, err := seedBench(reg.Host, []string{"bench/ip", "bench/crane"})
+		if err != nil {
+			return false, err
 		}
-		if q.Method == http.MethodGet && strings.Contains(q.Path, "/blobs/") {
-			for _, d := range baseLayers {
-				if strings.HasSuffix(q.Path, d) {
-					baseDown += q.Out
+		layerTar := filepath.Join(dir, "patch.tar")
+		if err := os.WriteFile(layerTar, mustLayerTar(), 0o644); err != nil {
+			return false, err
+		}
+
+		reg.Reset()
+		start := time.Now()
+		out, err := exec.Command(bin, "apply", "--repo", reg.Host+"/bench/ip", "--tag-regex", "^t[0-9]+$", "--jobs", fmt.Sprint(benchJobs)).CombinedOutput()
+		ipTime := time.Since(start)
+		if err != nil {
+			return false, fmt.Errorf("imagepatch apply: %v\n%s", err, out)
+		}
+		var up, baseDown int64
+		requests := len(reg.Requests())
+		for _, q := range reg.Requests() {
+			if q.Method == http.MethodPut || q.Method == http.MethodPatch || q.Method == http.MethodPost {
+				up += q.In
+			}
+			if q.Method == http.MethodGet && strings.Contains(q.Path, "/blobs/") {
+				for _, d := range baseLayers {
+					if strings.HasSuffix(q.Path, d) {
+						baseDown += q.Out
+					}
 				}
 			}
 		}
-	}
-	patchLayer, _ := imagepatch.ShimSpec().Layer("amd64", types.OCILayer)
-	pl, _ := patchLayer.Size()
-	perTag := float64(up-pl) / float64(benchTags)
+		patchLayer, _ := imagepatch.ShimSpec().Layer("amd64", types.OCILayer)
+		pl, _ := patchLayer.Size()
+		perTag := float64(up-pl) / float64(benchTags)
 
-	// The same work as a user would script it: crane append + crane mutate
-	// per tag, benchJobs tags at a time (xargs -P), like imagepatch --jobs.
-	start = time.Now()
-	if err := craneLoop(crane, reg.Host, layerTar); err != nil {
-		return false, err
-	}
-	craneTime := time.Since(start)
+		// The same work as a user would script it: crane append + crane mutate
+		// per tag, benchJobs tags at a time (xargs -P), like imagepatch --jobs.
+		start = time.Now()
+		if err := craneLoop(crane, reg.Host, layerTar); err != nil {
+			return false, err
+		}
+		craneTime := time.Since(start)
 
-	speedup := float64(craneTime) / float64(ipTime)
-	ok := speedup >= 5 && perTag <= 16<<10 && baseDown == 0
-	fmt.Printf("imagepatch: %d tags of 3 × %d MB layers in Debian's docker-registry\n", benchTags, benchLayerMiB)
-	fmt.Printf("  %-44s %10s\n", fmt.Sprintf("crane append + crane mutate, %d at a time", benchJobs), fmt.Sprintf("%.1f s", craneTime.Seconds()))
-	fmt.Printf("  %-44s %10s %6.1f requests a tag\n", fmt.Sprintf("imagepatch apply --jobs %d", benchJobs), fmt.Sprintf("%.1f s", ipTime.Seconds()), float64(requests)/float64(benchTags))
-	fmt.Printf("  speed-up %.1f× (goal ≥ 5×); uploaded %.1f KiB per tag after the patch layer (goal ≤ 16 KiB); base-layer bytes downloaded: %d (goal 0): %s\n",
-		speedup, perTag/1024, baseDown, verdict(ok))
-	return ok, nil
+		speedup := float64(craneTime) / float64(ipTime)
+		ok := speedup >= 5 && perTag <= 16<<10 && baseDown == 0
+		fmt.Printf("imagepatch: %d tags of 3 × %d MB layers in Debian's docker-registry\n", benchTags, benchLayerMiB)
+		fmt.Printf("  %-44s %10s\n", fmt.Sprintf("crane append + crane mutate, %d at a time", benchJobs), fmt.Sprintf("%.1f s", craneTime.Seconds()))
+		fmt.Printf("  %-44s %10s %6.1f requests a tag\n", fmt.Sprintf("imagepatch apply --jobs %d", benchJobs), fmt.Sprintf("%.1f s", ipTime.Seconds()), float64(requests)/float64(benchTags))
+		fmt.Printf("  speed-up %.1f× (goal ≥ 5×); uploaded %.1f KiB per tag after the patch layer (goal ≤ 16 KiB); base-layer bytes downloaded: %d (goal 0): %s\n",
+			speedup, perTag/1024, baseDown, verdict(ok))
+		return ok, nil
+	})
 }
 
 // seedBench pushes the same three layers and benchTags configs to each repository.

@@ -34,48 +34,45 @@ func benchInit(n int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	dir, err := os.MkdirTemp("", "oomguard-bench")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(dir)
-	floor, err := floorBinary(dir)
-	if err != nil {
-		return false, err
-	}
-	fst, err := os.Stat(floor)
-	if err != nil {
-		return false, err
-	}
-	sizeRatio := float64(st.Size()) / float64(fst.Size())
-	sizeOK := sizeRatio <= 1.05
-
-	cmd := func(path string, args ...string) func() *exec.Cmd {
-		return func() *exec.Cmd { return exec.Command(path, args...) }
-	}
-	execFloor, err := buildGo(dir, "execfloor", execFloorSource)
-	if err != nil {
-		return false, err
-	}
-	times, err := timeCommands(n, cmd("/bin/true"), cmd(execFloor, "/bin/true"), cmd(shim, "--", "/bin/true"))
-	if err != nil {
-		return false, err
-	}
-	added := quantile(times[2], .5) - quantile(times[0], .5)
-	floorAdded := quantile(times[1], .5) - quantile(times[0], .5)
-	timeOK := added <= 2*time.Millisecond
-
-	fmt.Println("oomguard-init: size and start-up cost")
-	fmt.Printf("  %-34s %10d bytes\n", "Go floor (println only, same flags)", fst.Size())
-	fmt.Printf("  %-34s %10d bytes  %.3f× (goal ≤ 1.05×): %s\n", "oomguard-init", st.Size(), sizeRatio, verdict(sizeOK))
-	for _, a := range []string{"amd64", "arm64"} {
-		if s, err := os.Stat("bin/oomguard-init-linux-" + a); err == nil {
-			fmt.Printf("  %-34s %10d bytes\n", "oomguard-init-linux-"+a, s.Size())
+	return withDir("oomguard-bench", func(dir string) (bool, error) {
+		floor, err := floorBinary(dir)
+		if err != nil {
+			return false, err
 		}
-	}
-	fmt.Printf("\n  wall time, %d runs each, interleaved\n", n)
-	printTimes([]string{"/bin/true", "Go floor that execs /bin/true", "oomguard-init -- /bin/true"}, times)
-	fmt.Printf("  added at the median: %s (goal ≤ 2 ms): %s; the Go floor adds %s, so the shim's own work costs %s\n",
-		ms(added), verdict(timeOK), ms(floorAdded), ms(added-floorAdded))
-	return sizeOK && timeOK, nil
+		fst, err := os.Stat(floor)
+		if err != nil {
+			return false, err
+		}
+		sizeRatio := float64(st.Size()) / float64(fst.Size())
+		sizeOK := sizeRatio <= 1.05
+
+		cmd := func(path string, args ...string) func() *exec.Cmd {
+			return func() *exec.Cmd { return exec.Command(path, args...) }
+		}
+		execFloor, err := buildGo(dir, "execfloor", execFloorSource)
+		if err != nil {
+			return false, err
+		}
+		times, err := timeCommands(n, cmd("/bin/true"), cmd(execFloor, "/bin/true"), cmd(shim, "--", "/bin/true"))
+		if err != nil {
+			return false, err
+		}
+		added := quantile(times[2], .5) - quantile(times[0], .5)
+		floorAdded := quantile(times[1], .5) - quantile(times[0], .5)
+		timeOK := added <= 2*time.Millisecond
+
+		fmt.Println("oomguard-init: size and start-up cost")
+		fmt.Printf("  %-34s %10d bytes\n", "Go floor (println only, same flags)", fst.Size())
+		fmt.Printf("  %-34s %10d bytes  %.3f× (goal ≤ 1.05×): %s\n", "oomguard-init", st.Size(), sizeRatio, verdict(sizeOK))
+		for _, a := range []string{"amd64", "arm64"} {
+			if s, err := os.Stat("bin/oomguard-init-linux-" + a); err == nil {
+				fmt.Printf("  %-34s %10d bytes\n", "oomguard-init-linux-"+a, s.Size())
+			}
+		}
+		fmt.Printf("\n  wall time, %d runs each, interleaved\n", n)
+		printTimes([]string{"/bin/true", "Go floor that execs /bin/true", "oomguard-init -- /bin/true"}, times)
+		fmt.Printf("  added at the median: %s (goal ≤ 2 ms): %s; the Go floor adds %s, so the shim's own work costs %s\n",
+			ms(added), verdict(timeOK), ms(floorAdded), ms(added-floorAdded))
+		return sizeOK && timeOK, nil
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oomguard/oomguard/test/registrytest"
 	"github.com/oomguard/oomguard/test/testbin"
 )
 
@@ -131,4 +132,27 @@ func printTimes(names []string, times [][]time.Duration) {
 	for i, name := range names {
 		fmt.Printf("  %-34s %10s %10s %10s\n", name, ms(quantile(times[i], .5)), ms(quantile(times[i], .9)), ms(quantile(times[i], .99)))
 	}
+}
+
+// withDir runs a section's f in a new directory (os.MkdirTemp's pattern), removed after.
+func withDir(pattern string, f func(dir string) (bool, error)) (bool, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(dir)
+	return f(dir)
+}
+
+// withRegistry runs f with a new directory and Debian's registry storing
+// below it, both gone after.
+func withRegistry(name string, f func(dir string, reg *registrytest.Registry) (bool, error)) (bool, error) {
+	return withDir("oomguard-bench-"+name, func(dir string) (bool, error) {
+		reg, err := registrytest.Start(dir)
+		if err != nil {
+			return false, err
+		}
+		defer reg.Stop()
+		return f(dir, reg)
+	})
 }

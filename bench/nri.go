@@ -36,88 +36,85 @@ func benchNRI(int) (bool, error) {
 	}
 	nriruntime.SetLog(io.Discard)
 	cfg, _ := filepath.Abs("deploy/config.toml")
-	dir, err := os.MkdirTemp("", "oomguard-bench-nri")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(dir)
-	noop, err := testbin.Build(dir, "noop", "./bench/noopplugin")
-	if err != nil {
-		return false, err
-	}
-
-	start := func(name, bin string, args ...string) (*nriruntime.Runtime, *exec.Cmd, *bytes.Buffer, error) {
-		d := filepath.Join(dir, name)
-		os.MkdirAll(d, 0o755)
-		rt, err := nriruntime.Start(d, nil, nil)
+	return withDir("oomguard-bench-nri", func(dir string) (bool, error) {
+		noop, err := testbin.Build(dir, "noop", "./bench/noopplugin")
 		if err != nil {
-			return nil, nil, nil, err
+			return false, err
 		}
-		var log bytes.Buffer
-		rt.PluginLog = &syncWriter{w: &log}
-		cmd, err := rt.StartPlugin(bin, args...)
-		return rt, cmd, &log, err
-	}
-	rtNoop, cmdNoop, _, err := start("n", noop)
-	if err != nil {
-		return false, err
-	}
-	defer func() { cmdNoop.Process.Kill(); cmdNoop.Wait(); rtNoop.Stop() }()
-	rtOG, cmdOG, _, err := start("o", plugin, "--config", cfg)
-	if err != nil {
-		return false, err
-	}
-	defer func() { cmdOG.Process.Kill(); cmdOG.Wait(); rtOG.Stop() }()
 
-	rounds := nriRounds
-	var tNoop, tOG []time.Duration
-	for i := 0; i < rounds; i++ {
-		pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
-		ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
-		for _, x := range []struct {
-			rt *nriruntime.Runtime
-			ts *[]time.Duration
-		}{{rtNoop, &tNoop}, {rtOG, &tOG}} {
-			// What a container costs the plugin: its decision at
-			// CreateContainer, its writes at StartContainer.
-			s := time.Now()
-			if _, err := x.rt.Create(pod, ctr); err != nil {
-				return false, err
+		start := func(name, bin string, args ...string) (*nriruntime.Runtime, *exec.Cmd, *bytes.Buffer, error) {
+			d := filepath.Join(dir, name)
+			os.MkdirAll(d, 0o755)
+			rt, err := nriruntime.Start(d, nil, nil)
+			if err != nil {
+				return nil, nil, nil, err
 			}
-			if err := x.rt.StartContainer(pod, ctr); err != nil {
-				return false, err
-			}
-			*x.ts = append(*x.ts, time.Since(s))
+			var log bytes.Buffer
+			rt.PluginLog = &syncWriter{w: &log}
+			cmd, err := rt.StartPlugin(bin, args...)
+			return rt, cmd, &log, err
 		}
-	}
-	rss, hwm := procRSS(cmdOG.Process.Pid)
+		rtNoop, cmdNoop, _, err := start("n", noop)
+		if err != nil {
+			return false, err
+		}
+		defer func() { cmdNoop.Process.Kill(); cmdNoop.Wait(); rtNoop.Stop() }()
+		rtOG, cmdOG, _, err := start("o", plugin, "--config", cfg)
+		if err != nil {
+			return false, err
+		}
+		defer func() { cmdOG.Process.Kill(); cmdOG.Wait(); rtOG.Stop() }()
 
-	syncDur, err := benchSync(dir, plugin, cfg)
-	if err != nil {
-		return false, err
-	}
-	quiet, flooded, floodRSS, err := benchFlood(dir, plugin, cfg)
-	if err != nil {
-		return false, err
-	}
+		rounds := nriRounds
+		var tNoop, tOG []time.Duration
+		for i := 0; i < rounds; i++ {
+			pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+			ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+			for _, x := range []struct {
+				rt *nriruntime.Runtime
+				ts *[]time.Duration
+			}{{rtNoop, &tNoop}, {rtOG, &tOG}} {
+				// What a container costs the plugin: its decision at
+				// CreateContainer, its writes at StartContainer.
+				s := time.Now()
+				if _, err := x.rt.Create(pod, ctr); err != nil {
+					return false, err
+				}
+				if err := x.rt.StartContainer(pod, ctr); err != nil {
+					return false, err
+				}
+				*x.ts = append(*x.ts, time.Since(s))
+			}
+		}
+		rss, hwm := procRSS(cmdOG.Process.Pid)
 
-	p50n, p99n, p50o, p99o := quantile(tNoop, .5), quantile(tNoop, .99), quantile(tOG, .5), quantile(tOG, .99)
-	r50, r99 := float64(p50o)/float64(p50n), float64(p99o)/float64(p99n)
-	latOK := r50 <= 1.2 && r99 <= 1.2 && p99o <= time.Millisecond
-	memOK := rss <= 30<<20
-	syncOK := syncDur <= time.Second
-	fmt.Printf("oomguard-nri: CreateContainer and StartContainer round trips through NRI's runtime side, %d containers each, interleaved\n", rounds)
-	printTimes([]string{"no-op plugin", "oomguard-nri (shipped config)"}, [][]time.Duration{tNoop, tOG})
-	fmt.Printf("  p50 %.2f×, p99 %.2f× the no-op (goal ≤ 1.2×); p99 %s (goal ≤ 1 ms): %s\n", r50, r99, ms(p99o), verdict(latOK))
-	fmt.Printf("  RSS after %d containers: %.1f MB (peak %.1f MB) (goal ≤ 30 MB): %s\n", rounds, float64(rss)/(1<<20), float64(hwm)/(1<<20), verdict(memOK))
-	fmt.Printf("  Synchronize of %d running containers (%d processes): %s (goal ≤ 1 s): %s\n", syncCtrs, 3*syncCtrs, ms(syncDur), verdict(syncOK))
-	floodOK := floodRSS <= 64<<20
-	fmt.Printf("\n  CreateContainer while the metrics port is flooded (%d idle, %d slow, %d near-1 MiB, %d keep-alive connections) beside a quiet run, %d containers each\n",
-		flood.Default.Idle, flood.Default.Slow, flood.Default.Huge, flood.Default.KeepAlive, len(quiet))
-	printTimes([]string{"quiet", "flooded"}, [][]time.Duration{quiet, flooded})
-	fmt.Printf("  p99 %.2f× the quiet run; every container created and started; plugin peak RSS %.1f MB (goal ≤ the chart's 64 MiB): %s\n",
-		float64(quantile(flooded, .99))/float64(quantile(quiet, .99)), float64(floodRSS)/(1<<20), verdict(floodOK))
-	return latOK && memOK && syncOK && floodOK, nil
+		syncDur, err := benchSync(dir, plugin, cfg)
+		if err != nil {
+			return false, err
+		}
+		quiet, flooded, floodRSS, err := benchFlood(dir, plugin, cfg)
+		if err != nil {
+			return false, err
+		}
+
+		p50n, p99n, p50o, p99o := quantile(tNoop, .5), quantile(tNoop, .99), quantile(tOG, .5), quantile(tOG, .99)
+		r50, r99 := float64(p50o)/float64(p50n), float64(p99o)/float64(p99n)
+		latOK := r50 <= 1.2 && r99 <= 1.2 && p99o <= time.Millisecond
+		memOK := rss <= 30<<20
+		syncOK := syncDur <= time.Second
+		fmt.Printf("oomguard-nri: CreateContainer and StartContainer round trips through NRI's runtime side, %d containers each, interleaved\n", rounds)
+		printTimes([]string{"no-op plugin", "oomguard-nri (shipped config)"}, [][]time.Duration{tNoop, tOG})
+		fmt.Printf("  p50 %.2f×, p99 %.2f× the no-op (goal ≤ 1.2×); p99 %s (goal ≤ 1 ms): %s\n", r50, r99, ms(p99o), verdict(latOK))
+		fmt.Printf("  RSS after %d containers: %.1f MB (peak %.1f MB) (goal ≤ 30 MB): %s\n", rounds, float64(rss)/(1<<20), float64(hwm)/(1<<20), verdict(memOK))
+		fmt.Printf("  Synchronize of %d running containers (%d processes): %s (goal ≤ 1 s): %s\n", syncCtrs, 3*syncCtrs, ms(syncDur), verdict(syncOK))
+		floodOK := floodRSS <= 64<<20
+		fmt.Printf("\n  CreateContainer while the metrics port is flooded (%d idle, %d slow, %d near-1 MiB, %d keep-alive connections) beside a quiet run, %d containers each\n",
+			flood.Default.Idle, flood.Default.Slow, flood.Default.Huge, flood.Default.KeepAlive, len(quiet))
+		printTimes([]string{"quiet", "flooded"}, [][]time.Duration{quiet, flooded})
+		fmt.Printf("  p99 %.2f× the quiet run; every container created and started; plugin peak RSS %.1f MB (goal ≤ the chart's 64 MiB): %s\n",
+			float64(quantile(flooded, .99))/float64(quantile(quiet, .99)), float64(floodRSS)/(1<<20), verdict(floodOK))
+		return latOK && memOK && syncOK && floodOK, nil
+	})
 }
 
 var floodRounds = 300

@@ -46,87 +46,84 @@ func benchOOMKills(int) (bool, error) {
 	if _, err := os.Stat(guest); err != nil {
 		return false, fmt.Errorf("%s: run make test-bins", guest)
 	}
-	dir, err := os.MkdirTemp("", "oomguard-bench-oom")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(dir)
-	hog := filepath.Join(dir, "hog") // the guest allocates until killed when called hog
-	if err := os.Symlink(guest, hog); err != nil {
-		return false, err
-	}
-	cg, cleanup, err := benchMemcg(32 << 20)
-	if err != nil {
-		return false, err
-	}
-	defer cleanup()
-
-	nriruntime.SetLog(io.Discard)
-	rt, err := nriruntime.Start(dir, nil, nil)
-	if err != nil {
-		return false, err
-	}
-	defer rt.Stop()
-	log := &syncWriter{w: &bytes.Buffer{}}
-	rt.PluginLog = log
-	cfg, _ := filepath.Abs("deploy/config.toml")
-	cmd, err := rt.StartPlugin(plugin, "--config", cfg)
-	if err != nil {
-		return false, err
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }() // StartPlugin waited for its Synchronize
-	for i := range watchedCtrs {
-		pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
-		if _, err := rt.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")); err != nil {
+	return withDir("oomguard-bench-oom", func(dir string) (bool, error) {
+		hog := filepath.Join(dir, "hog") // the guest allocates until killed when called hog
+		if err := os.Symlink(guest, hog); err != nil {
 			return false, err
 		}
-	}
-	// Idle: nothing happens for 10 s but the plugin's own timers.
-	cpu0 := procCPU(cmd.Process.Pid)
-	idle := 10 * time.Second
-	if smoke {
-		idle = time.Second
-	}
-	time.Sleep(idle)
-	idleCPU := float64(procCPU(cmd.Process.Pid)-cpu0) / float64(idle)
-	rss, _ := procRSS(cmd.Process.Pid)
-
-	re := regexp.MustCompile(`msg="OOM kill" .*command=hog .*reported_after=(\S+)`)
-	var lags, polled []time.Duration
-	start := kmsg.Now()
-	for i := range killRounds {
-		before := len(re.FindAllStringSubmatch(log.String(), -1))
-		run := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec "$2"`, "sh", cg, hog)
-		if err := run.Run(); err == nil {
-			return false, fmt.Errorf("round %d: the runaway was not killed", i)
-		}
-		killed := kmsg.Now()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(re.FindAllStringSubmatch(log.String(), -1)) == before && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		m := re.FindAllStringSubmatch(log.String(), -1)
-		if len(m) == before {
-			return false, fmt.Errorf("round %d: the plugin did not report the kill:\n%s", i, tail(log.String(), 10))
-		}
-		d, err := time.ParseDuration(m[len(m)-1][1])
+		cg, cleanup, err := benchMemcg(32 << 20)
 		if err != nil {
 			return false, err
 		}
-		lags = append(lags, d)
-		// The poll it replaces: the next look at memory.events, every 60 s
-		// from the plugin's start.
-		polled = append(polled, time.Minute-(killed-start)%time.Minute)
-	}
-	p50, p99 := quantile(lags, .5), quantile(lags, .99)
-	b50, b99 := quantile(polled, .5), quantile(polled, .99)
-	okLag, okCPU, okRSS := p99 <= time.Second, idleCPU <= 0.001, rss <= 30<<20
-	fmt.Printf("oomkills: %d OOM kills in a 32 MiB memory cgroup, the plugin knowing %d containers\n", killRounds, watchedCtrs)
-	fmt.Printf("  reported after the kernel's record: p50 %s p99 %s; the 60 s memory.events poll: p50 %s p99 %s (goal p99 ≤ 1 s): %s\n",
-		ms(p50), ms(p99), b50.Round(time.Second), b99.Round(time.Second), verdict(okLag))
-	fmt.Printf("  idle CPU %.3f%% of a core (goal ≤ 0.1%%): %s; RSS %.1f MB (goal ≤ 30 MB): %s\n",
-		idleCPU*100, verdict(okCPU), float64(rss)/(1<<20), verdict(okRSS))
-	return okLag && okCPU && okRSS, nil
+		defer cleanup()
+
+		nriruntime.SetLog(io.Discard)
+		rt, err := nriruntime.Start(dir, nil, nil)
+		if err != nil {
+			return false, err
+		}
+		defer rt.Stop()
+		log := &syncWriter{w: &bytes.Buffer{}}
+		rt.PluginLog = log
+		cfg, _ := filepath.Abs("deploy/config.toml")
+		cmd, err := rt.StartPlugin(plugin, "--config", cfg)
+		if err != nil {
+			return false, err
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }() // StartPlugin waited for its Synchronize
+		for i := range watchedCtrs {
+			pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+			if _, err := rt.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")); err != nil {
+				return false, err
+			}
+		}
+		// Idle: nothing happens for 10 s but the plugin's own timers.
+		cpu0 := procCPU(cmd.Process.Pid)
+		idle := 10 * time.Second
+		if smoke {
+			idle = time.Second
+		}
+		time.Sleep(idle)
+		idleCPU := float64(procCPU(cmd.Process.Pid)-cpu0) / float64(idle)
+		rss, _ := procRSS(cmd.Process.Pid)
+
+		re := regexp.MustCompile(`msg="OOM kill" .*command=hog .*reported_after=(\S+)`)
+		var lags, polled []time.Duration
+		start := kmsg.Now()
+		for i := range killRounds {
+			before := len(re.FindAllStringSubmatch(log.String(), -1))
+			run := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec "$2"`, "sh", cg, hog)
+			if err := run.Run(); err == nil {
+				return false, fmt.Errorf("round %d: the runaway was not killed", i)
+			}
+			killed := kmsg.Now()
+			deadline := time.Now().Add(10 * time.Second)
+			for len(re.FindAllStringSubmatch(log.String(), -1)) == before && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			m := re.FindAllStringSubmatch(log.String(), -1)
+			if len(m) == before {
+				return false, fmt.Errorf("round %d: the plugin did not report the kill:\n%s", i, tail(log.String(), 10))
+			}
+			d, err := time.ParseDuration(m[len(m)-1][1])
+			if err != nil {
+				return false, err
+			}
+			lags = append(lags, d)
+			// The poll it replaces: the next look at memory.events, every 60 s
+			// from the plugin's start.
+			polled = append(polled, time.Minute-(killed-start)%time.Minute)
+		}
+		p50, p99 := quantile(lags, .5), quantile(lags, .99)
+		b50, b99 := quantile(polled, .5), quantile(polled, .99)
+		okLag, okCPU, okRSS := p99 <= time.Second, idleCPU <= 0.001, rss <= 30<<20
+		fmt.Printf("oomkills: %d OOM kills in a 32 MiB memory cgroup, the plugin knowing %d containers\n", killRounds, watchedCtrs)
+		fmt.Printf("  reported after the kernel's record: p50 %s p99 %s; the 60 s memory.events poll: p50 %s p99 %s (goal p99 ≤ 1 s): %s\n",
+			ms(p50), ms(p99), b50.Round(time.Second), b99.Round(time.Second), verdict(okLag))
+		fmt.Printf("  idle CPU %.3f%% of a core (goal ≤ 0.1%%): %s; RSS %.1f MB (goal ≤ 30 MB): %s\n",
+			idleCPU*100, verdict(okCPU), float64(rss)/(1<<20), verdict(okRSS))
+		return okLag && okCPU && okRSS, nil
+	})
 }
 
 // benchMemcg makes a memory cgroup of limit bytes on this host (cgroup v1's

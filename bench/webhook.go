@@ -21,6 +21,7 @@ import (
 
 	"github.com/oomguard/oomguard/test/controlplane"
 	"github.com/oomguard/oomguard/test/registrytest"
+	"github.com/oomguard/oomguard/test/testbin"
 	"github.com/oomguard/oomguard/test/tlstest"
 	"github.com/oomguard/oomguard/test/webhooktest"
 )
@@ -41,109 +42,101 @@ func benchWebhook(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	dir, err := os.MkdirTemp("", "oomguard-bench-webhook")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(dir)
-	reg, err := registrytest.Start(dir)
-	if err != nil {
-		return false, err
-	}
-	defer reg.Stop()
-	wh, err := webhooktest.Start(bin, dir, "--insecure", "--images", reg.Host+"/bench/*", "--deadline", "60s")
-	if err != nil {
-		return false, err
-	}
-	defer wh.Stop()
-	review := func(image string) (string, error) {
-		body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"ml","object":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"main","image":%q}]}}}}`, image)
-		b, err := wh.Review(context.Background(), []byte(body))
-		var rv struct {
-			Response struct{ Patch []byte } `json:"response"`
-		}
-		if err == nil {
-			err = json.Unmarshal(b, &rv)
-		}
-		return string(rv.Response.Patch), err
-	}
-	// Patch on demand: each a fresh image, the first pod on it.
-	var onDemand []time.Duration
-	for i := range images {
-		img, err := random.Image(1<<20, 3)
+	return withRegistry("webhook", func(dir string, reg *registrytest.Registry) (bool, error) {
+		wh, err := webhooktest.Start(bin, dir, "--insecure", "--images", reg.Host+"/bench/*", "--deadline", "60s")
 		if err != nil {
 			return false, err
 		}
-		cf, _ := img.ConfigFile()
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture, cf.Config.Cmd = "linux", "amd64", []string{"/sbin/init"}
-		if img, err = mutate.ConfigFile(img, cf); err != nil {
-			return false, err
+		defer wh.Stop()
+		review := func(image string) (string, error) {
+			body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"ml","object":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"main","image":%q}]}}}}`, image)
+			b, err := wh.Review(context.Background(), []byte(body))
+			var rv struct {
+				Response struct{ Patch []byte } `json:"response"`
+			}
+			if err == nil {
+				err = json.Unmarshal(b, &rv)
+			}
+			return string(rv.Response.Patch), err
 		}
-		tag, err := name.NewTag(fmt.Sprintf("%s/bench/base%d:v1", reg.Host, i), name.Insecure)
+		// Patch on demand: each a fresh image, the first pod on it.
+		var onDemand []time.Duration
+		for i := range images {
+			img, err := random.Image(1<<20, 3)
+			if err != nil {
+				return false, err
+			}
+			cf, _ := img.ConfigFile()
+			cf = cf.DeepCopy()
+			cf.OS, cf.Architecture, cf.Config.Cmd = "linux", "amd64", []string{"/sbin/init"}
+			if img, err = mutate.ConfigFile(img, cf); err != nil {
+				return false, err
+			}
+			tag, err := name.NewTag(fmt.Sprintf("%s/bench/base%d:v1", reg.Host, i), name.Insecure)
+			if err != nil {
+				return false, err
+			}
+			if err := remote.Write(tag, img); err != nil {
+				return false, err
+			}
+			start := time.Now()
+			patch, err := review(tag.String())
+			onDemand = append(onDemand, time.Since(start))
+			if err != nil || !strings.Contains(patch, "@sha256:") {
+				return false, fmt.Errorf("patch on demand of %s: %q %v\n%s", tag, patch, err, wh.Log())
+			}
+		}
+		// The warm cache: the same image again and again.
+		warm := fmt.Sprintf("%s/bench/base0:v1", reg.Host)
+		var lat []time.Duration
+		for range reviews {
+			start := time.Now()
+			if _, err := review(warm); err != nil {
+				return false, err
+			}
+			lat = append(lat, time.Since(start))
+		}
+		p99 := quantile(lat, .99)
+		ok := p99 <= 10*time.Millisecond
+		fmt.Println("webhook: imagepatch webhook over HTTPS, Debian's registry on loopback")
+		fmt.Printf("  %-48s %10s %10s %10s\n", "", "median", "p99", "goal")
+		fmt.Printf("  %-48s %10s %10s %10s\n", fmt.Sprintf("patch on demand, one image (%d)", images), ms(quantile(onDemand, .5)), ms(quantile(onDemand, .99)), "")
+		fmt.Printf("  %-48s %10s %10s %10s %s\n", fmt.Sprintf("review from the warm cache (%d)", reviews), ms(quantile(lat, .5)), ms(p99), "≤ 10 ms", verdict(ok || smoke))
+		if pods == 0 {
+			fmt.Println("  the burst through the API server: left to the e2e tier in a smoke run (TestE2EWebhook)")
+			return true, nil
+		}
+		b, err := podBurst(dir, wh, warm, pods)
 		if err != nil {
 			return false, err
 		}
-		if err := remote.Write(tag, img); err != nil {
-			return false, err
+		row := func(label, a, base, goal string) float64 {
+			r := float64(b[a]) / float64(b[base])
+			mark := ""
+			if goal != "" {
+				mark = " " + verdict(r <= 1.1)
+			}
+			fmt.Printf("  %-48s %10s %10s %10s %.2f×%s\n", label, b[a].Round(time.Millisecond), b[base].Round(time.Millisecond), goal, r, mark)
+			return r
 		}
-		start := time.Now()
-		patch, err := review(tag.String())
-		onDemand = append(onDemand, time.Since(start))
-		if err != nil || !strings.Contains(patch, "@sha256:") {
-			return false, fmt.Errorf("patch on demand of %s: %q %v\n%s", tag, patch, err, wh.Log())
+		rows := func(suffix string) float64 {
+			row("  a webhook that only allows / without", "noop"+suffix, "without"+suffix, "")
+			row("  one that adds an annotation / without", "annotate"+suffix, "without"+suffix, "")
+			row("  reviewed, image not selected / without", "other"+suffix, "without"+suffix, "")
+			row("  patched / one that adds an annotation", "with"+suffix, "annotate"+suffix, "")
+			goal := ""
+			if suffix != "" {
+				goal = "≤ 1.1×"
+			}
+			return row("  patched / without", "with"+suffix, "without"+suffix, goal)
 		}
-	}
-	// The warm cache: the same image again and again.
-	warm := fmt.Sprintf("%s/bench/base0:v1", reg.Host)
-	var lat []time.Duration
-	for range reviews {
-		start := time.Now()
-		if _, err := review(warm); err != nil {
-			return false, err
-		}
-		lat = append(lat, time.Since(start))
-	}
-	p99 := quantile(lat, .99)
-	ok := p99 <= 10*time.Millisecond
-	fmt.Println("webhook: imagepatch webhook over HTTPS, Debian's registry on loopback")
-	fmt.Printf("  %-48s %10s %10s %10s\n", "", "median", "p99", "goal")
-	fmt.Printf("  %-48s %10s %10s %10s\n", fmt.Sprintf("patch on demand, one image (%d)", images), ms(quantile(onDemand, .5)), ms(quantile(onDemand, .99)), "")
-	fmt.Printf("  %-48s %10s %10s %10s %s\n", fmt.Sprintf("review from the warm cache (%d)", reviews), ms(quantile(lat, .5)), ms(p99), "≤ 10 ms", verdict(ok || smoke))
-	if pods == 0 {
-		fmt.Println("  the burst through the API server: left to the e2e tier in a smoke run (TestE2EWebhook)")
-		return true, nil
-	}
-	b, err := podBurst(dir, wh, warm, pods)
-	if err != nil {
-		return false, err
-	}
-	row := func(label, a, base, goal string) float64 {
-		r := float64(b[a]) / float64(b[base])
-		mark := ""
-		if goal != "" {
-			mark = " " + verdict(r <= 1.1)
-		}
-		fmt.Printf("  %-48s %10s %10s %10s %.2f×%s\n", label, b[a].Round(time.Millisecond), b[base].Round(time.Millisecond), goal, r, mark)
-		return r
-	}
-	rows := func(suffix string) float64 {
-		row("  a webhook that only allows / without", "noop"+suffix, "without"+suffix, "")
-		row("  one that adds an annotation / without", "annotate"+suffix, "without"+suffix, "")
-		row("  reviewed, image not selected / without", "other"+suffix, "without"+suffix, "")
-		row("  patched / one that adds an annotation", "with"+suffix, "annotate"+suffix, "")
-		goal := ""
-		if suffix != "" {
-			goal = "≤ 1.1×"
-		}
-		return row("  patched / without", "with"+suffix, "without"+suffix, goal)
-	}
-	fmt.Printf("  %d pods, one client after another (kubectl create -f):\n", pods)
-	rows("")
-	fmt.Printf("  %d pods, a burst of %d clients at once:\n", burstPods, burstClients)
-	burst := rows(" parallel")
-	fmt.Println("  (any mutation costs the API server: compare patched with the webhook that adds an annotation)")
-	return ok && burst <= 1.1, nil
+		fmt.Printf("  %d pods, one client after another (kubectl create -f):\n", pods)
+		rows("")
+		fmt.Printf("  %d pods, a burst of %d clients at once:\n", burstPods, burstClients)
+		burst := rows(" parallel")
+		fmt.Println("  (any mutation costs the API server: compare patched with the webhook that adds an annotation)")
+		return ok && burst <= 1.1, nil
+	})
 }
 
 // burstClients create a burst's burstPods at once: a burst of 200 is over
@@ -155,13 +148,13 @@ const burstClients, burstPods = 16, 1000
 // reviews (what any webhook costs the API server, the baseline of the
 // webhook's own cost); it returns the median of each.
 func podBurst(dir string, wh *webhooktest.Webhook, image string, n int) (map[string]time.Duration, error) {
-	repo, err := filepath.Abs(".")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	kube, err := testbin.Component("kubernetes", "")
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: filepath.Join(repo, "build", "components", "kubernetes"), Dir: filepath.Join(dir, "cp")})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube, Dir: filepath.Join(dir, "cp")})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 // Package config is the one file every oomguard program reads: a TOML file
-// of global settings and ordered rules, where to find it, its defaults, and
-// its validation. What the rules decide is package policy's.
+// of global settings and ordered rules, as plain data, where to find it,
+// its defaults, and its validation. Package policy compiles the rules and
+// decides with them.
 package config
 
 import (
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"regexp"
@@ -18,8 +20,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/oomguard/oomguard/internal/logging"
-	"github.com/oomguard/oomguard/internal/policy"
+	"github.com/oomguard/oomguard/internal/glob"
 	"github.com/oomguard/oomguard/internal/safeio"
 	"github.com/oomguard/oomguard/internal/stricttoml"
 )
@@ -34,24 +35,68 @@ const EnvPath = "OOMGUARD_CONFIG"
 type Config struct {
 	// Strict makes programs fail closed: an error stops the container instead
 	// of letting it start unadjusted.
-	Strict      bool               `toml:"strict"`
-	Log         Log                `toml:"log"`
-	Annotations policy.Annotations `toml:"annotations"`
-	NRI         NRI                `toml:"nri"`
-	Doctor      Doctor             `toml:"doctor"`
-	Containment Containment        `toml:"containment"`
-	Rules       []policy.Rule      `toml:"rule"`
+	Strict      bool        `toml:"strict"`
+	Log         Log         `toml:"log"`
+	Annotations Annotations `toml:"annotations"`
+	NRI         NRI         `toml:"nri"`
+	Doctor      Doctor      `toml:"doctor"`
+	Containment Containment `toml:"containment"`
+	Rules       []Rule      `toml:"rule"`
 
 	// Missing is set by Find when no file exists at DefaultPath and these are the defaults.
 	Missing bool `toml:"-"`
 	// Hash names the text it was parsed from (Hash); "none" for the defaults.
 	Hash string `toml:"-"`
-
-	policy *policy.Policy // Rules and Annotations, compiled by Validate
 }
 
-// Policy is the rules and the annotation policy, as Validate compiled them.
-func (c *Config) Policy() *policy.Policy { return c.policy }
+// Rule selects containers and says what they must get. Nil values leave the
+// runtime's setting alone; a rule that sets nothing excludes what it matches.
+type Rule struct {
+	Name        string `toml:"name"`
+	OOMScoreAdj *int   `toml:"oom_score_adj"`
+	OOMGroup    *bool  `toml:"oom_group"`
+	Match       Match  `toml:"match"`
+}
+
+// Match is a rule's selector: every field that is set must match, and within
+// a list any entry may. An empty Match matches every container.
+type Match struct {
+	Namespaces      []string          `toml:"namespaces"`       // globs
+	PodLabels       map[string]string `toml:"pod_labels"`       // key → value glob
+	Annotations     map[string]string `toml:"annotations"`      // key → value glob, pod or container
+	RuntimeHandlers []string          `toml:"runtime_handlers"` // globs, e.g. "sysbox-runc"
+	Containers      []string          `toml:"containers"`       // container name globs
+	Images          []string          `toml:"images"`           // image reference globs
+	Command         string            `toml:"command"`          // Go regexp searched in the program (args[0], past init wrappers)
+	QoS             []string          `toml:"qos"`              // guaranteed, burstable, besteffort
+}
+
+// Annotations is the policy for pod annotations that override rules.
+type Annotations struct {
+	// Enabled lets oomguard.io annotations override the rule's values.
+	Enabled bool `toml:"enabled"`
+	// MinOOMScoreAdj is the lowest oom_score_adj an annotation from an
+	// untrusted namespace may ask for.
+	MinOOMScoreAdj int `toml:"min_oom_score_adj"`
+	// TrustedNamespaces (globs) may ask for any value, lower than the rule too.
+	TrustedNamespaces []string `toml:"trusted_namespaces"`
+}
+
+// Range of oom_score_adj.
+const (
+	MinScore = -1000
+	MaxScore = 1000
+)
+
+// InRange reports whether v is a valid oom_score_adj.
+func InRange(v int) bool { return v >= MinScore && v <= MaxScore }
+
+// QoS classes, as match.qos names them (any case) and kubelet's cgroups do.
+const (
+	QoSGuaranteed = "guaranteed"
+	QoSBurstable  = "burstable"
+	QoSBestEffort = "besteffort"
+)
 
 // Doctor holds the settings of oomguard-doctor.
 type Doctor struct {
@@ -97,11 +142,6 @@ type Log struct {
 	File string `toml:"file"`
 }
 
-// Logging is the logger's options from this section.
-func (l Log) Logging() logging.Options {
-	return logging.Options{Level: l.Level, Format: l.Format, File: l.File}
-}
-
 // NRI holds the settings of oomguard-nri.
 type NRI struct {
 	// Socket is the runtime's NRI socket, used when not launched by the runtime.
@@ -142,7 +182,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 func Default() *Config {
 	c := &Config{
 		Log:         Log{Level: "info", Format: "text", File: "/var/log/oomguard-hook.log"},
-		Annotations: policy.Annotations{Enabled: true, MinOOMScoreAdj: 0},
+		Annotations: Annotations{Enabled: true, MinOOMScoreAdj: 0},
 		NRI: NRI{
 			Socket:         "/var/run/nri/nri.sock",
 			PluginName:     "oomguard",
@@ -155,7 +195,6 @@ func Default() *Config {
 		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},
 		Hash:        "none",
 	}
-	c.policy, _ = policy.New(nil, c.Annotations) // no rules: nothing to fail
 	return c
 }
 
@@ -262,8 +301,9 @@ func Hash(data []byte) string {
 	return hex.EncodeToString(h[:6])
 }
 
-// Validate checks every value and compiles the rules' patterns. It reports
-// all problems at once, one per line.
+// Validate checks every value, the rules' patterns included (package
+// policy compiles what it accepts). It reports all problems at once, one
+// per line.
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -304,12 +344,70 @@ func (c *Config) Validate() error {
 		}
 	}
 
-	p, err := policy.New(c.Rules, c.Annotations)
-	if err != nil {
-		errs = append(errs, err)
+	if !InRange(c.Annotations.MinOOMScoreAdj) {
+		add("annotations.min_oom_score_adj %d: want a value from -1000 to 1000", c.Annotations.MinOOMScoreAdj)
 	}
-	c.policy = p
+	for _, g := range c.Annotations.TrustedNamespaces {
+		if err := glob.Check(g); err != nil {
+			add("annotations.trusted_namespaces: %v", err)
+		}
+	}
+	seen := map[string]int{}
+	for i, r := range c.Rules {
+		where := fmt.Sprintf("rule #%d", i+1)
+		if r.Name == "" {
+			add("%s has no name: add name = \"...\" (decisions are logged by rule name)", where)
+		} else {
+			where = fmt.Sprintf("rule #%d %q", i+1, r.Name)
+			if j, dup := seen[r.Name]; dup {
+				add("%s: the name is already used by rule #%d; rule names must be unique", where, j)
+			}
+			seen[r.Name] = i + 1
+		}
+		if r.OOMScoreAdj != nil && !InRange(*r.OOMScoreAdj) {
+			add("%s: oom_score_adj %d: want a value from -1000 to 1000", where, *r.OOMScoreAdj)
+		}
+		for _, err := range r.Match.check() {
+			add("%s: %v", where, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// check is every problem of the selector's patterns and names.
+func (m *Match) check() []error {
+	var errs []error
+	globs := func(field string, in []string) {
+		for _, g := range in {
+			if err := glob.Check(g); err != nil {
+				errs = append(errs, fmt.Errorf("match.%s: %w", field, err))
+			}
+		}
+	}
+	kv := func(field string, in map[string]string) {
+		for _, k := range slices.Sorted(maps.Keys(in)) {
+			if err := glob.Check(in[k]); err != nil {
+				errs = append(errs, fmt.Errorf("match.%s[%q]: %w", field, k, err))
+			}
+		}
+	}
+	globs("namespaces", m.Namespaces)
+	globs("runtime_handlers", m.RuntimeHandlers)
+	globs("containers", m.Containers)
+	globs("images", m.Images)
+	kv("pod_labels", m.PodLabels)
+	kv("annotations", m.Annotations)
+	if m.Command != "" {
+		if err := glob.CheckRegexp(m.Command); err != nil {
+			errs = append(errs, fmt.Errorf("match.command %q is not a valid regular expression: %w", m.Command, err))
+		}
+	}
+	for _, q := range m.QoS {
+		if n := strings.ToLower(q); n != QoSGuaranteed && n != QoSBurstable && n != QoSBestEffort {
+			errs = append(errs, fmt.Errorf("match.qos %q: want Guaranteed, Burstable or BestEffort", q))
+		}
+	}
+	return errs
 }
 
 var (

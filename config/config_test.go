@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/oomguard/oomguard/internal/policy"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -20,40 +18,6 @@ func TestParseDefaults(t *testing.T) {
 	if c.Strict || c.Log.Level != "info" || c.Log.Format != "text" || !c.Annotations.Enabled ||
 		c.NRI.VerifyInterval.Duration != time.Minute || len(c.Rules) != 0 {
 		t.Fatalf("unexpected defaults: %+v", c)
-	}
-}
-
-func TestShippedConfig(t *testing.T) {
-	c, err := Load(filepath.Join("..", "deploy", "config.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name  string
-		facts policy.Facts
-		rule  string
-	}{
-		{"systemd", policy.Facts{Namespace: "ml", Args: []string{"/lib/systemd/systemd"}}, "init-as-pid1"},
-		{"sbin init", policy.Facts{Namespace: "ml", Args: []string{"/sbin/init"}}, "init-as-pid1"},
-		{"bare init", policy.Facts{Args: []string{"init"}}, "init-as-pid1"},
-		{"sysbox", policy.Facts{Namespace: "ml", RuntimeHandler: "sysbox-runc", Args: []string{"/bin/bash"}}, "sysbox"},
-		{"kube-system init", policy.Facts{Namespace: "kube-system", Args: []string{"/sbin/init"}}, "system"},
-		{"python", policy.Facts{Namespace: "ml", Args: []string{"/usr/bin/python3"}}, ""},
-		{"initdb is not init", policy.Facts{Args: []string{"/usr/bin/initdb"}}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := c.Policy().Decide(&tc.facts)
-			if d.Rule != tc.rule {
-				t.Fatalf("rule = %q, want %q", d.Rule, tc.rule)
-			}
-			if tc.rule == "init-as-pid1" || tc.rule == "sysbox" {
-				if d.OOMScoreAdj == nil || *d.OOMScoreAdj != 900 || d.OOMGroup == nil || *d.OOMGroup {
-					t.Fatalf("want 900 and group off, got %+v", d)
-				}
-			} else if d.Changes() {
-				t.Fatalf("want no change, got %+v", d)
-			}
-		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/oomguard/oomguard/doctor"
 	"github.com/oomguard/oomguard/test/vm"
+	"github.com/oomguard/oomguard/test/vm/scenarios"
 )
 
 var variantTitles = map[string]string{
@@ -65,14 +66,14 @@ func run(verbose bool) error {
 	}
 	failed := 0
 	n := 0
-	for _, s := range vm.Scenarios() {
+	for _, s := range scenarios.All() {
 		if s.Slow {
 			continue // containerd in the VM: make e2e runs those
 		}
 		n++
 		fmt.Printf("\n%d. %s\n", n, s.Title)
 		for _, v := range s.Variants {
-			r, err := env.Boot(ctx, s, v)
+			r, err := env.Boot(ctx, s, v, nil)
 			if err != nil {
 				return err
 			}

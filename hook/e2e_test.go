@@ -121,7 +121,7 @@ func TestE2EGroupReport(t *testing.T) {
 
 // crun (unlike runc) discards a hook's output and says only
 // "error executing hook `…` (exit code: 1)". A strict failure's reason is
-// then in the hook's log, which the README sends crun users to. crun refuses
+// then in the hook's log, which docs/troubleshooting.md sends crun users to. crun refuses
 // this host's hybrid cgroups, so it runs in a mount namespace without the
 // unified hierarchy, with its cgroup manager off.
 func TestE2ECrunStrictFailureIsLogged(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/logging"
+	"github.com/oomguard/oomguard/internal/policy"
 	"github.com/oomguard/oomguard/internal/safeio"
 	"github.com/oomguard/oomguard/internal/version"
 )
@@ -79,7 +80,7 @@ func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
 	if o.LogFile != "" {
 		logCfg.File = o.LogFile
 	}
-	log, closer, logErr := logging.Open(logCfg.Logging(), "oomguard-hook", stderr)
+	log, closer, logErr := logging.Open(logging.Options{Level: logCfg.Level, Format: logCfg.Format, File: logCfg.File}, "oomguard-hook", stderr)
 	defer closer.Close()
 	log = log.With("component", "oomguard-hook", "version", version.Version)
 	if logErr != nil {
@@ -106,6 +107,10 @@ func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
 		}
 		log.Warn("configuration", "err", cfgErr)
 	}
+	pol, err := policy.New(cfg)
+	if err != nil {
+		return fail("configuration unusable", err)
+	}
 
 	state, spec, err := readInput(stdin)
 	if err != nil {
@@ -117,7 +122,7 @@ func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
 	for _, w := range warnings {
 		log.Warn("ignoring malformed annotation", "err", w)
 	}
-	dec := cfg.Policy().Decide(&f)
+	dec := pol.Decide(&f)
 	for _, r := range dec.Rejected {
 		log.Warn("annotation rejected", "key", r.Key, "value", r.Value, "reason", r.Reason)
 	}

@@ -22,7 +22,8 @@ import (
 const podmanImage = "localhost/oomguard/podman-vm:1"
 
 // podmanEnv is Debian's podman on this host with storage of its own, and the
-// hook installed the README's way into the hooks directory podman reads.
+// hook installed the way docs/install-node.md says, into the hooks directory
+// podman reads.
 type podmanEnv struct {
 	dir, cfg, log string
 }
@@ -99,8 +100,8 @@ func (p *podmanEnv) install(t *testing.T) {
 	t.Cleanup(func() { hookCmd(t, "uninstall") })
 }
 
-// Podman runs VM-like containers at 0 unless the hook, installed as the
-// README says, is in the directory podman reads; `podman run --init` puts
+// Podman runs VM-like containers at 0 unless the hook, installed as
+// docs/install-node.md says, is in the directory podman reads; `podman run --init` puts
 // /run/podman-init first, and the command rule still sees /sbin/init.
 func TestE2EPodmanHook(t *testing.T) {
 	p := newPodman(t)
@@ -151,7 +152,7 @@ func (p *podmanEnv) podmanInit(t *testing.T, runtime string, extra ...string) (s
 }
 
 // A process `podman exec` starts is not the init's child: it takes the
-// spec's score, which a createRuntime hook cannot change (README, "exec").
+// spec's score, which a createRuntime hook cannot change (docs/install-node.md, exec).
 func TestE2EPodmanExecKeepsSpecScore(t *testing.T) {
 	p := newPodman(t)
 	p.install(t)

@@ -54,12 +54,12 @@ func connectPluginAt(t *testing.T, socket, cfgText, root string) *testPlugin {
 	cfg.NRI.VerifyInterval.Duration = 0
 	tp := &testPlugin{logs: &syncbuf.Buffer{}, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	tp.p = New(cfg, nil, root, log, NewMetrics())
+	tp.p = New(Options{Config: cfg, Root: root, Log: log, Metrics: NewMetrics()})
 	tp.p.execs = noExecs // the host's execs are not the fixture's
 	tp.p.kmsg = noKmsg   // nor its kernel log
 	ctx, cancel := context.WithCancel(context.Background())
 	tp.cancel = cancel
-	go func() { defer close(tp.done); tp.p.Serve(ctx, cfg.NRI, false) }()
+	go func() { defer close(tp.done); tp.p.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-tp.done })
 	tp.waitConnected(t, true)
 	return tp
@@ -459,7 +459,7 @@ func TestManyContainersConcurrently(t *testing.T) {
 // be used: containers fail to be created until a usable one comes. The
 // plugin stays connected, so that it can fail them.
 func TestStrictConfigurationFromRuntime(t *testing.T) {
-	p := New(config.Default(), nil, t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
+	p := New(Options{Config: config.Default(), Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
 	create := func() error { _, _, err := p.CreateContainer(context.Background(), pod, ctr); return err }
@@ -480,11 +480,11 @@ func TestStrictConfigurationFromRuntime(t *testing.T) {
 	}
 	// A broken file that says strict = true, at start or from the runtime.
 	broken := &config.LoadError{Op: "parse", Path: "/etc/oomguard/config.toml", Strict: true, Err: errors.New("log.level \"loud\"")}
-	p = New(config.Default(), broken, t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
+	p = New(Options{Config: config.Default(), ConfigErr: broken, Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	if err := create(); err == nil || !strings.Contains(err.Error(), "loud") {
 		t.Fatalf("strict file that does not validate: creation must fail: %v", err)
 	}
-	p = New(config.Default(), nil, t.TempDir(), slog.New(slog.DiscardHandler), NewMetrics())
+	p = New(Options{Config: config.Default(), Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	p.Configure(context.Background(), "strict = true\n[log]\nlevel = 'loud'", "containerd", "2.1")
 	if err := create(); err == nil {
 		t.Fatal("strict runtime configuration that does not validate: creation must fail")

@@ -23,7 +23,7 @@ func BenchmarkCreateContainerHandler(b *testing.B) {
 		w    io.Writer
 	}{{"discard", io.Discard}, {"devnull", devNull(b)}} {
 		b.Run(tc.name, func(b *testing.B) {
-			p := New(cfg, nil, b.TempDir(), slog.New(slog.NewTextHandler(tc.w, nil)), NewMetrics())
+			p := New(Options{Config: cfg, Root: b.TempDir(), Log: slog.New(slog.NewTextHandler(tc.w, nil)), Metrics: NewMetrics()})
 			pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 			ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
 			b.ReportAllocs()

@@ -19,47 +19,16 @@ import (
 	"github.com/oomguard/oomguard/test/testbin"
 )
 
-// hostContainerdConfig is containerd 2.x with the CRI (native snapshotter,
-// runc, the cgroupfs driver) and NRI on by its default (its section says
-// where, not whether), every path below one directory.
-const hostContainerdConfig = `version = 3
-root = '%[1]s/root'
-state = '%[1]s/state'
-
-[grpc]
-  address = '%[1]s/c.sock'
-[ttrpc]
-  address = '%[1]s/c.sock.ttrpc'
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = 'native'
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = 'registry.k8s.io/pause:3.10'
-
-[plugins.'io.containerd.cri.v1.runtime']
-  enable_selinux = false
-  # Root here lacks CAP_SYS_RESOURCE: no score below containerd's own (the
-  # sandbox's -998 becomes containerd's 0).
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = 'runc'
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = 'io.containerd.runc.v2'
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = '/usr/sbin/runc'
-        SystemdCgroup = false
-    # A handler named as Sysbox's, for the shipped rule on runtime_handlers.
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sysbox-runc]
-      runtime_type = 'io.containerd.runc.v2'
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.sysbox-runc.options]
-        BinaryName = '/usr/sbin/runc'
-        SystemdCgroup = false
-
-[plugins.'io.containerd.nri.v1.nri']
-  socket_path = '%[1]s/nri.sock'
-  plugin_path = '%[1]s/plugins'
-  plugin_config_path = '%[1]s/conf.d'
-`
+// hostContainerdConfig is containerd's configuration on this host, every
+// path below the directory it is given.
+func hostContainerdConfig(t *testing.T, dir string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/containerd-host.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Appendf(nil, string(b), dir)
+}
 
 // On this build host the memory controller is on cgroup v1 (hybrid), as on
 // most EKS AL2 nodes. containerd 2.1.4, built as the VM tier builds it, runs
@@ -77,18 +46,16 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp := filepath.Join(repo, "build", "components", "containerd-2")
+	comp := testbin.ComponentFor(t, "containerd-2", "")
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "kubeletish"} {
-		if _, err := os.Stat(filepath.Join(comp, b)); err != nil {
-			t.Fatalf("%v: run make components", err)
-		}
+		testbin.ComponentFor(t, "containerd-2", b)
 	}
 	dir, err := os.MkdirTemp("", "ogc-") // short: unix socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(fmt.Sprintf(hostContainerdConfig, dir)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), hostContainerdConfig(t, dir), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pause, err := runcbundle.BusyboxImage(nil, []string{"/bin/sleep", "2147483647"})
@@ -143,7 +110,7 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	// serving, its configuration (as the node sees it, dir its root) keeping
 	// it so, and changes nothing, asking for no restart.
 	os.MkdirAll(filepath.Join(dir, "etc/containerd"), 0o755)
-	os.WriteFile(filepath.Join(dir, "etc/containerd/config.toml"), []byte(fmt.Sprintf(hostContainerdConfig, "")), 0o644)
+	os.WriteFile(filepath.Join(dir, "etc/containerd/config.toml"), hostContainerdConfig(t, ""), 0o644)
 	if out, err := exec.Command(bin, "install", "--nri-only", "--root", dir, "--socket", "/nri.sock").CombinedOutput(); err != nil ||
 		!strings.Contains(string(out), "unchanged: NRI is on in the running runtime at /nri.sock") {
 		t.Fatalf("install --nri-only on a containerd that serves NRI: %v\n%s", err, out)

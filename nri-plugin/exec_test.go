@@ -51,7 +51,7 @@ func TestExecdProcessSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(cfg, nil, root, slog.New(slog.DiscardHandler), NewMetrics())
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	for _, c := range []*api.Container{guarded, other} {
 		if _, _, err := p.CreateContainer(context.Background(), pod, c); err != nil {
 			t.Fatal(err)

@@ -44,13 +44,11 @@ type ctrInfo struct {
 	counted        bool // base was read
 }
 
-// Recorder records Events on pods (podevents.Recorder).
+// Recorder records Events on pods (podevents.Recorder); one that has a
+// Run(ctx) method, as that one does, is run beside the plugin.
 type Recorder interface {
 	Warning(pod podevents.Pod, container, reason, message string)
 }
-
-// RecordEvents makes every OOM kill in a pod a Warning Event on it.
-func (p *Plugin) RecordEvents(r Recorder) { p.events = r }
 
 // EventReason is the reason of the Events on a pod for an OOM kill in it.
 const EventReason = "OOMKilling"

@@ -82,9 +82,9 @@ func TestKillsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	p := New(cfg, nil, root, slog.New(slog.NewTextHandler(&logs, nil)), NewMetrics())
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 	events := &fakeRecorder{}
-	p.RecordEvents(events)
+	p.events = events
 	for _, c := range []*api.Container{guarded, other} {
 		if _, _, err := p.CreateContainer(context.Background(), pod, c); err != nil {
 			t.Fatal(err)

@@ -33,7 +33,7 @@ func TestVerifierNeverFollowsAReusedPid(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "proc/1/cgroup"), []byte("0::/init.scope\n"), 0o644)
 	ctrA.Linux.CgroupsPath = "" // the runtime says nothing
 
-	p := New(cfg, nil, root, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics())
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: NewMetrics()})
 	if _, _, err := p.CreateContainer(context.Background(), podA, ctrA); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSynchronizeRacesNothing(t *testing.T) {
 		pods, ctrs = append(pods, pod), append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
 	}
 	root := fixtureNode(t, ctrs, 2)
-	p := New(cfg, nil, root, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics())
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: NewMetrics()})
 	for range 5 {
 		if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
 			t.Fatal(err)

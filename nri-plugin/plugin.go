@@ -8,6 +8,7 @@
 package nriplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/facts/nrifacts"
+	"github.com/oomguard/oomguard/internal/policy"
 )
 
 // Plugin sets containers before they start, keeps the setting through
@@ -35,9 +37,12 @@ import (
 // unless the configuration is strict.
 type Plugin struct {
 	cfg      atomic.Pointer[config.Config]
-	node     atomic.Pointer[enforce.Node] // the node as cfg's containment sees it
-	unusable atomic.Pointer[error]        // a strict configuration that cannot be used: fail closed
-	runtime  atomic.Value                 // string: the runtime connected, a facts.Runtime name
+	pol      atomic.Pointer[policy.Policy] // cfg's, compiled
+	node     atomic.Pointer[enforce.Node]  // the node as cfg's containment sees it
+	unusable atomic.Pointer[error]         // a strict configuration that cannot be used: fail closed
+	runtime  atomic.Value                  // string: the runtime connected, a facts.Runtime name
+	o        Options
+	nri      config.NRI // the connection's and loops' settings, fixed at the start
 	root     string
 	log      *slog.Logger
 	m        *Metrics
@@ -71,25 +76,62 @@ func (g *guard) attrs(more ...any) []any {
 	return append([]any{"pod", g.namespace + "/" + g.pod, "container", g.name, "rule", g.plan.Rule}, more...)
 }
 
-// New makes a plugin with cfg until the runtime passes another; root is the
-// host's filesystem root holding /proc and /sys. cfgErr is why the
-// configuration could not be read, if it could not: when that file asked for
-// strict mode, the plugin fails every container's creation until the runtime
-// passes a usable configuration.
-func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Metrics) *Plugin {
-	p := &Plugin{root: root, log: log, m: m, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, execs: openExecs, kmsg: openKmsg}
-	p.setConfig(cfg)
+// Options are what a plugin runs with.
+type Options struct {
+	// Config is in force until the runtime passes another or ConfigPath
+	// changes; nil is config.Default(). Its nri settings hold until the
+	// plugin stops.
+	Config *config.Config
+	// ConfigErr is why the configuration file could not be used, if it
+	// could not: when that file asked for strict mode, the plugin fails
+	// every container's creation until a usable configuration comes.
+	ConfigErr error
+	// ConfigPath is read again every nri.reload_interval; "" for never.
+	ConfigPath string
+	// Root is the host's filesystem root, holding /proc and /sys.
+	Root string
+	Log  *slog.Logger
+	// Metrics are the plugin's, served at nri.metrics_address; nil for new ones.
+	Metrics *Metrics
+	// Launched: the runtime started the plugin, and the connection is the
+	// runtime's; otherwise the plugin connects, and reconnects, itself.
+	Launched bool
+	// Events, when set, gets a Warning Event on the pod for each OOM kill in it.
+	Events Recorder
+	// Runtime, when set, keeps the runtime's restart state (install --state).
+	Runtime *RuntimeWatch
+}
+
+// New makes a plugin; Run connects it and runs it.
+func New(o Options) *Plugin {
+	o.Config = cmp.Or(o.Config, config.Default())
+	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
+	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
+	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{},
+		execs: openExecs, kmsg: openKmsg, events: o.Events}
+	cfg, cfgErr := o.Config, o.ConfigErr
+	strict := false
+	if le := (*config.LoadError)(nil); errors.As(cfgErr, &le) {
+		strict = le.Strict
+	}
+	pol, err := policy.New(cfg)
+	if err != nil { // only a configuration config.Validate did not check
+		strict = strict || cfg.Strict
+		cfgErr = errors.Join(cfgErr, fmt.Errorf("compile the configuration's rules: %w", err))
+		cfg = config.Default()
+		pol, _ = policy.New(cfg)
+	}
+	p.setConfig(cfg, pol)
 	p.runtime.Store(facts.RuntimeUnknown)
-	var le *config.LoadError
-	if errors.As(cfgErr, &le) && le.Strict {
+	if strict {
 		p.unusable.Store(&cfgErr)
 	}
 	source := "file"
 	if cfgErr != nil || cfg.Missing {
 		source = "default"
 	}
-	m.configInForce(cfg.Hash, source, cfgErr)
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
+	p.m.configInForce(cfg.Hash, source, cfgErr)
+	p.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
 		Help: "Containers whose values oomguard keeps."}, func() float64 {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -98,9 +140,24 @@ func New(cfg *config.Config, cfgErr error, root string, log *slog.Logger, m *Met
 	return p
 }
 
-func (p *Plugin) setConfig(cfg *config.Config) {
+func (p *Plugin) setConfig(cfg *config.Config, pol *policy.Policy) {
 	p.node.Store(enforce.NewNode(p.root, cfg.Containment.CgroupParents))
+	p.pol.Store(pol)
 	p.cfg.Store(cfg)
+}
+
+// parseConfig is a configuration's text checked, and its policy compiled:
+// in force whole, or not at all.
+func parseConfig(b []byte) (*config.Config, *policy.Policy, error) {
+	c, err := config.Parse(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	pol, err := policy.New(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, pol, nil
 }
 
 // Configure takes the runtime's plugin configuration (/etc/nri/conf.d), when
@@ -111,7 +168,7 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 	p.runtime.Store(facts.RuntimeNamed(runtime))
 	p.log.Info("connected to runtime", "runtime", runtime, "version", version, "cgroup", p.node.Load().Layout())
 	if cfgText != "" {
-		c, err := config.Parse([]byte(cfgText))
+		c, pol, err := parseConfig([]byte(cfgText))
 		if err != nil {
 			p.m.errors.WithLabelValues("configure").Inc()
 			err = fmt.Errorf("configuration from the runtime: %w", err)
@@ -124,7 +181,7 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 			p.log.Error("configuration from the runtime is invalid; keeping the current one", "err", err)
 			p.m.setConfigValid(err)
 		} else {
-			p.setConfig(c)
+			p.setConfig(c, pol)
 			p.unusable.Store(nil)
 			p.m.configInForce(c.Hash, "runtime", nil)
 		}
@@ -341,7 +398,7 @@ func (p *Plugin) failOpen(phase string, err *error) {
 // container to guard; nil when the plan changes nothing.
 func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *guard {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
-	dec := p.cfg.Load().Policy().Decide(&f)
+	dec := p.pol.Load().Decide(&f)
 	ids := []any{"pod", f.Namespace + "/" + f.Pod, "container", f.Container}
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()

@@ -11,14 +11,14 @@ import (
 	"github.com/oomguard/oomguard/internal/safeio"
 )
 
-// WatchConfig reads the configuration file every interval until ctx ends
+// watchConfig reads the configuration file every interval until ctx ends
 // and puts a changed one in force when it validates, without a restart (a
 // ConfigMap volume's update replaces the file at once). One that does not
 // validate is logged and counted, /healthz and oomguard_config_valid say
 // so, and the configuration in force stays: a typo never leaves the node
 // unprotected.
-func (p *Plugin) WatchConfig(ctx context.Context, path string, interval time.Duration) {
-	if interval <= 0 {
+func (p *Plugin) watchConfig(ctx context.Context, path string, interval time.Duration) {
+	if interval <= 0 || path == "" {
 		return
 	}
 	seen := p.cfg.Load().Hash // the text the start put in force
@@ -55,7 +55,7 @@ func (p *Plugin) reload(path, seen string) string {
 		p.log.Error("cannot read the configuration file; keeping the configuration in force", "path", path, "err", err)
 		return h
 	}
-	c, err := config.Parse(b)
+	c, pol, err := parseConfig(b)
 	if err != nil {
 		err = fmt.Errorf("configuration %s (%s): %w", path, h, err)
 		p.m.reloads.WithLabelValues("failure").Inc()
@@ -65,7 +65,7 @@ func (p *Plugin) reload(path, seen string) string {
 		return h
 	}
 	old := p.cfg.Load().Hash
-	p.setConfig(c)
+	p.setConfig(c, pol)
 	p.unusable.Store(nil)
 	p.m.reloads.WithLabelValues("success").Inc()
 	p.m.configInForce(h, "file", nil)

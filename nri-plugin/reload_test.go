@@ -43,7 +43,7 @@ func TestReload(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	m := NewMetrics()
-	p := New(cfg, nil, t.TempDir(), slog.New(slog.NewTextHandler(&logs, nil)), m)
+	p := New(Options{Config: cfg, Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m})
 	p.m.setConnected(true)
 	addr := serveMetrics(t, m)
 	score := func() int { return *p.cfg.Load().Rules[0].OOMScoreAdj }
@@ -97,10 +97,10 @@ func TestWatchConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(path, []byte(strings.Replace(ruleAt, "%s", "900", 1)), 0o644)
 	cfg, _ := config.Load(path)
-	p := New(cfg, nil, t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics())
+	p := New(Options{Config: cfg, Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: NewMetrics()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.WatchConfig(ctx, path, 10*time.Millisecond); close(done) }()
+	go func() { p.watchConfig(ctx, path, 10*time.Millisecond); close(done) }()
 	os.WriteFile(path, []byte(strings.Replace(ruleAt, "%s", "700", 1)), 0o644)
 	for deadline := time.Now().Add(10 * time.Second); *p.cfg.Load().Rules[0].OOMScoreAdj != 700; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -115,7 +115,7 @@ func TestWatchConfig(t *testing.T) {
 // known labels exists from the start, and the Go and process collectors.
 func TestSeriesExistFromTheStart(t *testing.T) {
 	m := NewMetrics()
-	New(config.Default(), nil, t.TempDir(), slog.New(slog.DiscardHandler), m)
+	New(Options{Config: config.Default(), Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: m})
 	for name, want := range map[string]int{
 		"oomguard_adjustments_total":              10,
 		"oomguard_drift_corrections_total":        2,

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oomguard/oomguard/internal/install"
+	"github.com/oomguard/oomguard/internal/restartstate"
 )
 
 // A runtime that must restart before it serves NRI (install --nri-only
@@ -28,7 +28,7 @@ type RuntimeWatch struct {
 	State string
 	// Restart, when set, restarts a unit through the node's systemd and
 	// waits for the job's end.
-	Restart install.Restarter
+	Restart restartstate.Restarter
 	// Slots, when set, bounds the nodes restarting at once.
 	Slots Slots
 	// Condition, when set, publishes the state on the node.
@@ -63,9 +63,9 @@ type runtimeState struct {
 	waiting                 string // the units waited for, "" when none
 }
 
-// WatchRuntime keeps the runtime's state until ctx ends; then the node's
+// watchRuntime keeps the runtime's state until ctx ends; then the node's
 // condition says Unknown: nothing on the node reports it any more.
-func (p *Plugin) WatchRuntime(ctx context.Context, w RuntimeWatch) {
+func (p *Plugin) watchRuntime(ctx context.Context, w RuntimeWatch) {
 	w.Interval = cmp.Or(w.Interval, 5*time.Second)
 	w.Connect = cmp.Or(w.Connect, 2*time.Minute)
 	r := &restarter{p: p, w: w, log: p.log.With("part", "runtime-restart")}
@@ -111,7 +111,7 @@ const (
 // step looks at the state once: publishes it, and restarts the runtime
 // when it may.
 func (r *restarter) step(ctx context.Context) {
-	st, err := install.ReadState(r.w.State)
+	st, err := restartstate.Read(r.w.State)
 	if err != nil {
 		r.sayOnce(slog.LevelWarn, "cannot read what install left; waiting for nothing", err)
 	}
@@ -147,7 +147,7 @@ func (r *restarter) step(ctx context.Context) {
 }
 
 // restart restarts the waiting runtimes once this node holds a slot.
-func (r *restarter) restart(ctx context.Context, waiting []install.Pending) {
+func (r *restarter) restart(ctx context.Context, waiting []restartstate.Pending) {
 	if r.w.Slots != nil && !r.held {
 		ok, err := r.w.Slots.Acquire(ctx)
 		if err != nil {

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/internal/install"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/restartstate"
 )
 
 // fakeNode is a node's /proc with its runtime's process, and what the
@@ -89,13 +89,13 @@ func TestRuntimeWatch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			n := &fakeNode{root: t.TempDir(), slotsFree: tc.slotsFree, failWith: tc.failWith}
 			state := filepath.Join(t.TempDir(), "state.json")
-			if err := install.WriteState(state, install.State{Socket: "/var/run/nri/nri.sock",
-				Pending: []install.Pending{{Unit: "containerd.service", Process: n.runtime(40, 1000)}}}); err != nil {
+			if err := restartstate.Write(state, restartstate.State{Socket: "/var/run/nri/nri.sock",
+				Pending: []restartstate.Pending{{Unit: "containerd.service", Process: n.runtime(40, 1000)}}}); err != nil {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
 			m := NewMetrics()
-			p := New(config.Default(), nil, n.root, slog.New(slog.NewTextHandler(&logs, nil)), m)
+			p := New(Options{Config: config.Default(), Root: n.root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m})
 			addr := serveMetrics(t, m)
 			w := RuntimeWatch{State: state, Condition: n, Connect: time.Hour}
 			if tc.restart {
@@ -161,12 +161,12 @@ func TestRuntimeWatch(t *testing.T) {
 func TestRuntimeWatchStops(t *testing.T) {
 	n := &fakeNode{root: t.TempDir()}
 	state := filepath.Join(t.TempDir(), "state.json")
-	install.WriteState(state, install.State{Pending: []install.Pending{{Unit: "crio.service", Process: n.runtime(40, 1000)}}})
-	p := New(config.Default(), nil, n.root, slog.New(slog.DiscardHandler), NewMetrics())
+	restartstate.Write(state, restartstate.State{Pending: []restartstate.Pending{{Unit: "crio.service", Process: n.runtime(40, 1000)}}})
+	p := New(Options{Config: config.Default(), Root: n.root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		p.WatchRuntime(ctx, RuntimeWatch{State: state, Condition: n, Interval: time.Hour})
+		p.watchRuntime(ctx, RuntimeWatch{State: state, Condition: n, Interval: time.Hour})
 		close(done)
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {

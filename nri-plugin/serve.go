@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	nrilog "github.com/containerd/nri/pkg/log"
@@ -14,13 +15,65 @@ import (
 	"github.com/oomguard/oomguard/config"
 )
 
-// Serve runs the plugin until ctx ends. When the runtime launched it, the
-// connection is the runtime's and ends with it; otherwise it reconnects with
-// backoff, so a runtime restart never leaves it crash-looping.
-func (p *Plugin) Serve(ctx context.Context, cfg config.NRI, launched bool) error {
-	go p.verifyLoop(ctx, cfg.VerifyInterval.Duration)
-	go p.watchExecs(ctx, p.execs)
-	go p.watchKills(ctx, p.kmsg)
+// Run runs the plugin until ctx ends, or, launched, until the runtime
+// closes its connection: the metrics, the connection to the runtime, and
+// beside it the verifier, the exec and kill watchers, the configuration's
+// reloads, the Events and the runtime's restart state. It returns when
+// every part it started has: the connection first, then what reads the
+// node, then the node's condition, which says the plugin stopped.
+func (p *Plugin) Run(ctx context.Context) error {
+	if p.nri.MetricsAddress != "" {
+		p.m.Serve(ctx, p.nri.MetricsAddress, p.log)
+	}
+	readers, reporters := newGroup(ctx), newGroup(ctx)
+	readers.start(func(ctx context.Context) { p.watchConfig(ctx, p.o.ConfigPath, p.nri.ReloadInterval.Duration) })
+	readers.start(func(ctx context.Context) { p.verifyLoop(ctx, p.nri.VerifyInterval.Duration) })
+	readers.start(func(ctx context.Context) { p.watchExecs(ctx, p.execs) })
+	readers.start(func(ctx context.Context) { p.watchKills(ctx, p.kmsg) })
+	if r, ok := p.events.(interface{ Run(context.Context) }); ok {
+		reporters.start(r.Run)
+	}
+	if p.o.Runtime != nil {
+		reporters.start(func(ctx context.Context) { p.watchRuntime(ctx, *p.o.Runtime) })
+	}
+	err := p.serve(ctx, p.nri, p.o.Launched)
+	readers.stop()
+	p.background.Wait()
+	reporters.stop()
+	return err
+}
+
+// group is goroutines stopped together: stop cancels their context and
+// waits for them.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// newGroup's context keeps ctx's values but not its end: the group ends
+// when Run says so.
+func newGroup(ctx context.Context) *group {
+	g := &group{}
+	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return g
+}
+
+func (g *group) start(f func(context.Context)) {
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); f(g.ctx) }()
+}
+
+func (g *group) stop() {
+	g.cancel()
+	g.wg.Wait()
+}
+
+// serve keeps the plugin connected until ctx ends. When the runtime
+// launched it, the connection is the runtime's and ends with it; otherwise
+// it reconnects with backoff, so a runtime restart never leaves it
+// crash-looping.
+func (p *Plugin) serve(ctx context.Context, cfg config.NRI, launched bool) error {
 	backoff := time.Second
 	for {
 		start := time.Now()

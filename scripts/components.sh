@@ -34,13 +34,14 @@ built() {
 }
 
 # module NAME DIR MODFILE BIN=PKG...: go build each PKG of the Go module in
-# DIR, pinned by MODFILE (go.mod or another), its .sum and DIR's sources.
+# DIR, pinned by MODFILE (go.mod or another), its .sum, DIR's sources and
+# $LDFLAGS.
 module() {
 	local name=$1 dir=$2 modfile=$3 start=$SECONDS
 	shift 3
 	local sum=${modfile%.mod}.sum
 	# shellcheck disable=SC2046 # the module's own sources are pins too
-	fresh "$name" "$dir/$modfile" "$dir/$sum" $(find "$dir" -name '*.go' | sort) && return
+	fresh "$name" <(printf '%s' "${LDFLAGS:-}") "$dir/$modfile" "$dir/$sum" $(find "$dir" -name '*.go' | sort) && return
 	for b in "$@"; do
 		(cd "$dir" && GOFLAGS="-mod=mod -modfile=$modfile" "$gobuild" "$dest/$name/${b%%=*}" "${b#*=}")
 	done
@@ -84,8 +85,12 @@ if ! fresh nvidia test/nvidia/go.mod test/nvidia/go.sum $(find test/nvidia -name
 	built nvidia "$start"
 fi
 
-# The real helm and kustomize the chart and the kustomization are rendered with.
-module helm test/helm go.mod \
+# The real helm and kustomize the chart and the kustomization are rendered with;
+# helm's offline rendering (helm template) as for the Kubernetes the tests run,
+# not its default 1.20, which the chart's kubeVersion refuses.
+helm_k8s="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+helm_k8s="$helm_k8s -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
+LDFLAGS=$helm_k8s module helm test/helm go.mod \
 	helm=helm.sh/helm/v3/cmd/helm \
 	kustomize=sigs.k8s.io/kustomize/kustomize/v5
 

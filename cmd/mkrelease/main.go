@@ -15,8 +15,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/oomguard/oomguard/cmd/mkrelease/internal/release"
 	"github.com/oomguard/oomguard/internal/cli"
-	"github.com/oomguard/oomguard/internal/release"
 )
 
 func main() {

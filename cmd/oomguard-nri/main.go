@@ -99,7 +99,7 @@ func plugin(f flags, stderr io.Writer) int {
 		cfg = config.Default()
 	}
 	launched := os.Getenv("NRI_PLUGIN_SOCKET") != ""
-	logCfg := cfg.Log.Logging()
+	logCfg := logging.Options{Level: cfg.Log.Level, Format: cfg.Log.Format}
 	logCfg.File = "stderr"
 	if launched { // the runtime discards a launched plugin's output
 		logCfg.File = cfg.NRI.LogFile
@@ -126,11 +126,7 @@ func plugin(f flags, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m := nriplugin.NewMetrics()
-	if cfg.NRI.MetricsAddress != "" {
-		m.Serve(ctx, cfg.NRI.MetricsAddress, log)
-	}
-	p := nriplugin.New(cfg, cfgErr, f.root, log, m)
+	o := nriplugin.Options{Config: cfg, ConfigErr: cfgErr, ConfigPath: config.Path(f.cfgPath), Root: f.root, Log: log, Launched: launched}
 	var api *kubeapi.Client
 	if f.events || f.nodeCondition || f.slots != "" {
 		var err error
@@ -139,37 +135,25 @@ func plugin(f flags, stderr io.Writer) int {
 		}
 	}
 	if f.events && api != nil {
-		rec := podevents.NewRecorder(api, "oomguard-nri", f.node, log)
-		go rec.Run(ctx)
-		p.RecordEvents(rec)
+		o.Events = podevents.NewRecorder(api, "oomguard-nri", f.node, log)
 	}
 	if f.state != "" {
-		w := nriplugin.RuntimeWatch{State: f.state}
+		o.Runtime = &nriplugin.RuntimeWatch{State: f.state}
 		if f.nodeCondition && api != nil {
-			w.Condition = &kubeapi.NodeCondition{API: api, Node: f.node, Type: nriplugin.ConditionType}
+			o.Runtime.Condition = &kubeapi.NodeCondition{API: api, Node: f.node, Type: nriplugin.ConditionType}
 		}
 		if f.restartRuntime {
-			w.Restart = systemd.RestartUnit
+			o.Runtime.Restart = systemd.RestartUnit
 			if f.slots != "" && api == nil {
-				w.Restart = nil // without its slots no restart: the pace is the operator's
+				o.Runtime.Restart = nil // without its slots no restart: the pace is the operator's
 				log.Error("not restarting the runtime: no API server for the restart slots")
 			} else if f.slots != "" {
 				ns, name, _ := strings.Cut(f.slots, "/")
-				w.Slots = &kubeapi.Slots{API: api, Namespace: ns, Name: name, Max: f.maxAtOnce, Holder: f.node, Duration: time.Minute}
+				o.Runtime.Slots = &kubeapi.Slots{API: api, Namespace: ns, Name: name, Max: f.maxAtOnce, Holder: f.node, Duration: time.Minute}
 			}
 		}
-		watched := make(chan struct{})
-		go func() { p.WatchRuntime(ctx, w); close(watched) }()
-		// Stopping, it says so on the node (the condition's Unknown) first.
-		defer func() {
-			select {
-			case <-watched:
-			case <-time.After(3 * time.Second):
-			}
-		}()
 	}
-	go p.WatchConfig(ctx, config.Path(f.cfgPath), cfg.NRI.ReloadInterval.Duration)
-	if err := p.Serve(ctx, cfg.NRI, launched); err != nil {
+	if err := nriplugin.New(o).Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}

@@ -8,7 +8,29 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sirupsen/logrus"
 )
+
+func readShipped(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("OOMGUARD_TEST_MAIN") == "1" { // this binary, run as oomguard-nri
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if node := os.Getenv("OOMGUARD_TEST_RUNTIME"); node != "" { // this binary, run as a runtime
+		os.Exit(standInRuntime(node))
+	}
+	logrus.SetLevel(logrus.ErrorLevel) // the NRI adaptation's own chatter
+	os.Exit(m.Run())
+}
 
 // containerd and CRI-O start a plugin from /opt/nri/plugins with its output
 // going nowhere: launched, the plugin logs to nri.log_file instead.

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/internal/install"
+	"github.com/oomguard/oomguard/internal/restartstate"
 	"github.com/oomguard/oomguard/test/controlplane"
 	"github.com/oomguard/oomguard/test/syncbuf"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 // systemdUnit stands for containerd.service: install restarts it by name.
@@ -144,7 +146,7 @@ func TestE2ERestartThroughSystemd(t *testing.T) {
 	}
 	node := t.TempDir()
 	os.MkdirAll(filepath.Join(node, "etc/containerd"), 0o755)
-	os.WriteFile(filepath.Join(node, install.ContainerdConfig), []byte(containerd17Config), 0o644)
+	os.WriteFile(filepath.Join(node, install.ContainerdConfig), []byte(nodeShape(t, "containerd-1.7-default", install.ContainerdConfig)), 0o644)
 	os.Symlink(n.run, filepath.Join(node, "run")) // systemd's /run
 	// In systemd's PID namespace, as the DaemonSet's hostPID pod is: systemd
 	// drops a connection whose peer it cannot see.
@@ -241,7 +243,7 @@ func TestE2ERestartPaced(t *testing.T) {
 		os.MkdirAll(filepath.Join(run, "node/etc/containerd"), 0o755)
 		os.MkdirAll(filepath.Join(run, "node/var/run/nri"), 0o755)
 		// NRI off, as containerd 1.7 has it.
-		os.WriteFile(filepath.Join(run, "node", install.ContainerdConfig), []byte(strings.Replace(containerd2Config, "disable = false", "disable = true", 1)), 0o644)
+		os.WriteFile(filepath.Join(run, "node", install.ContainerdConfig), []byte(strings.Replace(nodeShape(t, "containerd-2-default", install.ContainerdConfig), "disable = false", "disable = true", 1)), 0o644)
 	})
 	node := filepath.Join(n.run, "node")
 	for name, target := range map[string]string{"proc": "/proc", "sys": "/sys", "dev": "/dev", "run": n.run} {
@@ -250,18 +252,15 @@ func TestE2ERestartPaced(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: filepath.Join(repo, "build", "components", "kubernetes"), Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
+	helm := testbin.ComponentFor(t, "helm", "helm")
+	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
 	kubectl := cp.KubectlFor(ctx, t)
 	// What may not be there yet (polled): its error is an answer.
 	maybe := func(args ...string) string {
 		out, _ := cp.Kubectl(ctx, nil, args...)
 		return strings.TrimSpace(string(out))
 	}
-	rbac, err := exec.Command(filepath.Join(repo, "build", "components", "helm", "helm"), "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
+	rbac, err := exec.Command(helm, "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
 		"--namespace", "oomguard", "--set", "restartRuntime=true", "--show-only", "templates/serviceaccount.yaml").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
@@ -288,7 +287,7 @@ spec: {holderIdentity: node-x, leaseDurationSeconds: 3600, renewTime: "%s"}
 	installNode := func() {
 		t.Helper()
 		out, err := nsenter("install", "--nri-only", "--root", node, "--state", state, "--proc-root", "/").CombinedOutput()
-		if s, _ := install.ReadState(state); err != nil || len(s.Pending) != 1 {
+		if s, _ := restartstate.Read(state); err != nil || len(s.Pending) != 1 {
 			t.Fatalf("install: %v, state %+v\n%s", err, s, out)
 		}
 	}

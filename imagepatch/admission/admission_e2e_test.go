@@ -47,17 +47,9 @@ func TestE2EWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube := os.Getenv("OOMGUARD_KUBE_BIN")
-	if kube == "" {
-		kube = filepath.Join(repo, "build", "components", "kubernetes")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: kube, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
+	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
 	reg, err := registrytest.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +229,7 @@ func TestE2EWebhook(t *testing.T) {
 	}
 
 	// The chart's webhook, as the API server validates it (it has no node to run it).
-	helm := filepath.Join(repo, "build", "components", "helm", "helm")
+	helm := testbin.ComponentFor(t, "helm", "helm")
 	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+reg.Host+"/base/*}", "--set", "imagepatchWebhook.registryCredentialsSecret=regcred",
 		"--show-only", "templates/imagepatch-webhook.yaml").Output()

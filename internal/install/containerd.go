@@ -24,6 +24,56 @@ const (
 	nriPluginShortID = "nri"
 )
 
+// containerd is containerd 1.7 and 2.x: the main file
+// /etc/containerd/config.toml, its imports in containerd's order, each
+// version's plugin IDs. newVersion is a new main file's version.
+type containerd struct{ newVersion int }
+
+func (containerd) name() string   { return "containerd" }
+func (containerd) unit() string   { return "containerd.service" }
+func (containerd) comm() string   { return "containerd" }
+func (containerd) dir() string    { return "/etc/containerd" }
+func (containerd) dropIn() string { return ContainerdDropIn }
+
+// k3s and RKE2 write containerd's configuration at every start, from a
+// template beside it when there is one.
+var generatedContainerd = []string{"/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd"}
+
+// refuse refuses a node whose containerd configuration its distribution
+// regenerates, saying what to add where.
+func (containerd) refuse(w *changes.Set, cfg *config.Config) error {
+	for _, d := range generatedContainerd {
+		if !w.Exists(d + "/config.toml") {
+			continue
+		}
+		return fmt.Errorf("%s/config.toml is generated at every start of k3s or RKE2, which runs its own containerd: a drop-in in /etc/containerd would never be read. "+
+			"Copy it to %s/config.toml.tmpl (config-v3.toml.tmpl for containerd 2), append this, and restart k3s or rke2-agent:\n%s",
+			d, d, nriSection(cfg, nriPluginID))
+	}
+	return nil
+}
+
+// containerdDropInText is the drop-in in the main file's version: containerd
+// 1.7 refuses files of two versions, and reads a version-1 file's plugins by
+// their short ID, where 2.x migrates a full one.
+func containerdDropInText(cfg *config.Config, version int) string {
+	s := fmt.Sprintf("# Written by oomguard-nri install: enables NRI and oomguard's plugin.\nversion = %d\n\n%s", version, nriSection(cfg, nriPluginID))
+	if version == 1 {
+		s += "\n# containerd 1.7 reads a version-1 file's plugins by their short ID.\n" + nriSection(cfg, nriPluginShortID)
+	}
+	return s
+}
+
+func nriSection(cfg *config.Config, id string) string {
+	return fmt.Sprintf(`[plugins.%q]
+  disable = false
+  disable_connections = false
+  plugin_config_path = %q
+  plugin_path = %q
+  socket_path = %q
+`, id, PluginConfDir, PluginDir, cfg.NRI.Socket)
+}
+
 var bom = []byte("\xef\xbb\xbf")
 
 // containerdFile is one file of containerd's configuration, read as
@@ -147,13 +197,13 @@ func loadOrder(w *changes.Set, main *containerdFile, extra string) ([]*container
 	return files, nil
 }
 
-// containerd writes the NRI drop-in where containerd will read it and, when
+// enable writes the NRI drop-in where containerd will read it and, when
 // the main file imports nothing, adds the import to it (after a backup,
 // keeping its mode, owner, line endings and byte order mark). It refuses,
 // changing nothing, what it cannot do safely: a configuration containerd
 // would not read, a file reached through a link --root does not show, a
 // file read after oomguard's that turns NRI off again.
-func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
+func (c containerd) enable(w *changes.Set, cfg *config.Config) error {
 	if err := linkCheck(w, ContainerdConfig, "containerd's configuration",
 		"on Flatcar, copy /usr/share/containerd/config.toml to /etc/containerd/config.toml (replacing the link), as Flatcar documents for changing it"); err != nil {
 		return err
@@ -162,7 +212,7 @@ func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
 	exists := err == nil
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		v := wantVersion
+		v := c.newVersion
 		if v == 0 {
 			v = 2
 		}
@@ -217,6 +267,36 @@ func containerd(w *changes.Set, cfg *config.Config, wantVersion int) error {
 		return fmt.Errorf("%s: %w; add imports = [%q] to it yourself and run install again", ContainerdConfig, err, containerdImports)
 	}
 	return w.Modify(ContainerdConfig, updated, ContainerdBackupEx, "added imports to")
+}
+
+// keepsNRI: the last NRI section containerd loads (it replaces
+// any before it whole) neither disables NRI nor moves its socket; with none,
+// the running runtime's defaults stand.
+func (containerd) keepsNRI(w *changes.Set, cfg *config.Config) (bool, error) {
+	main, err := readContainerdFile(w, ContainerdConfig)
+	if err != nil {
+		if !w.Exists(ContainerdConfig) {
+			return true, nil // containerd runs on its defaults
+		}
+		return false, err
+	}
+	files, err := loadOrder(w, main, "")
+	if err != nil {
+		return false, err
+	}
+	var last map[string]any
+	for _, f := range files {
+		if s, ok := f.nri(); ok {
+			last = s
+		}
+	}
+	if d, ok := last["disable"].(bool); ok && d {
+		return false, nil
+	}
+	if s, ok := last["socket_path"].(string); ok && s != cfg.NRI.Socket {
+		return false, nil
+	}
+	return true, nil
 }
 
 // laterNRI refuses a file containerd reads after oomguard's drop-in whose
@@ -320,10 +400,10 @@ func withImports(raw []byte, pattern string) ([]byte, error) {
 	return out, nil
 }
 
-// keepImports keeps the imports oomguard added to containerd's main file
+// keep keeps the imports oomguard added to containerd's main file
 // when other files than oomguard's are imported through them (the NVIDIA
 // toolkit's drop-in, an operator's): restoring the file would drop them.
-func keepImports(w *changes.Set) {
+func (containerd) keep(w *changes.Set) {
 	if w.Backup(ContainerdConfig) == "" && !w.Owns(ContainerdConfig) {
 		return
 	}
@@ -340,4 +420,36 @@ func keepImports(w *changes.Set) {
 	if len(others) > 0 {
 		w.Keep(ContainerdConfig, fmt.Sprintf("its imports load %s too", strings.Join(others, ", ")))
 	}
+}
+
+// importedDropIn is where oomguard's drop-in goes so that one of containerd's
+// imports reads it: oomguard's own path if an import covers it, else a file
+// named as oomguard's in the directory of the first import that is a glob
+// matching it. Relative imports are containerd's config directory's.
+func importedDropIn(imports []string) (dropIn, imp string) {
+	abs := make([]string, len(imports))
+	for i, imp := range imports {
+		if !filepath.IsAbs(imp) {
+			imp = filepath.Join(filepath.Dir(ContainerdConfig), imp)
+		}
+		abs[i] = imp
+	}
+	for _, imp := range abs {
+		if ok, _ := filepath.Match(imp, ContainerdDropIn); ok {
+			return ContainerdDropIn, imp
+		}
+	}
+	name := strings.TrimSuffix(filepath.Base(ContainerdDropIn), ".toml")
+	for _, imp := range abs {
+		dir, pattern := filepath.Split(imp)
+		if !strings.ContainsAny(pattern, "*?[") || strings.ContainsAny(dir, "*?[") {
+			continue
+		}
+		for _, ext := range []string{".toml", ".conf", ""} {
+			if ok, _ := filepath.Match(imp, dir+name+ext); ok {
+				return dir + name + ext, imp
+			}
+		}
+	}
+	return "", ""
 }

@@ -20,6 +20,17 @@ const (
 	CRIODropInDir = "/etc/crio/crio.conf.d"
 )
 
+// crio is CRI-O: crio.conf, then its drop-in directory.
+type crio struct{}
+
+func (crio) name() string                              { return "crio" }
+func (crio) unit() string                              { return "crio.service" }
+func (crio) comm() string                              { return "crio" }
+func (crio) dir() string                               { return "/etc/crio" }
+func (crio) dropIn() string                            { return CRIODropIn }
+func (crio) refuse(*changes.Set, *config.Config) error { return nil }
+func (crio) keep(*changes.Set)                         {}
+
 func crioDropInText(cfg *config.Config) string {
 	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
 [crio.nri]
@@ -40,9 +51,9 @@ type crioNRI struct {
 	} `toml:"crio"`
 }
 
-// crio writes the NRI drop-in, refusing (changing nothing) when a file CRI-O
+// enable writes the NRI drop-in, refusing (changing nothing) when a file CRI-O
 // reads after it would turn NRI off again or move its socket.
-func crio(w *changes.Set, cfg *config.Config) error {
+func (crio) enable(w *changes.Set, cfg *config.Config) error {
 	if err := linkCheck(w, CRIODropInDir, "CRI-O's drop-in directory", "create it there, or mount it"); err != nil {
 		return err
 	}
@@ -66,6 +77,33 @@ func crio(w *changes.Set, cfg *config.Config) error {
 		}
 	}
 	return w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644)
+}
+
+// keepsNRI: the last of CRI-O's files that sets enable_nri or
+// nri_listen (CRI-O takes each key from the last file that sets it) keeps
+// NRI on at oomguard's socket; unset, the running runtime's defaults stand.
+func (crio) keepsNRI(w *changes.Set, cfg *config.Config) (bool, error) {
+	files, err := crioFiles(w)
+	if err != nil {
+		return false, err
+	}
+	enable, listen := true, cfg.NRI.Socket
+	for _, p := range files {
+		if p == CRIOConfig && !w.Exists(p) {
+			continue
+		}
+		c, err := readCRIONRI(w, p)
+		if err != nil {
+			return false, err
+		}
+		if e := c.Crio.NRI.Enable; e != nil {
+			enable = *e
+		}
+		if l := c.Crio.NRI.Listen; l != nil {
+			listen = *l
+		}
+	}
+	return enable && listen == cfg.NRI.Socket, nil
 }
 
 // readCRIONRI is what the file p of CRI-O's configuration says of NRI.

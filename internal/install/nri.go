@@ -4,13 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/changes"
+	"github.com/oomguard/oomguard/internal/restartstate"
 	"github.com/oomguard/oomguard/internal/safeio"
 )
 
@@ -46,7 +48,7 @@ type NRIOptions struct {
 	// Restart restarts the runtimes whose configuration changed, or that
 	// have not read it since (the node's systemd); nil leaves that to the
 	// operator, as install says.
-	Restart Restarter
+	Restart restartstate.Restarter
 	// ProcRoot holds the /proc that shows the node's processes (the
 	// runtime's: has it started since its configuration changed?); ""
 	// looks nowhere.
@@ -56,10 +58,36 @@ type NRIOptions struct {
 	StateFile string
 }
 
-// Restarter restarts a runtime's systemd unit on the node under root and
-// returns its job once it ended; a job that did not succeed is an error
-// with the job, one that never started an error without it.
-type Restarter func(root, unit string) (job string, err error)
+// nriRuntime is one runtime's side of NRI: how install finds it on a node,
+// whether it serves NRI at oomguard's socket already, and the drop-in that
+// switches NRI on.
+type nriRuntime interface {
+	// name is how --runtime names it; unit its systemd unit; comm its
+	// process's name; dir its configuration directory (a node with files
+	// there runs it).
+	name() string
+	unit() string
+	comm() string
+	dir() string
+	// dropIn is where oomguard's drop-in goes when nothing says otherwise.
+	dropIn() string
+	// refuse says why this node's configuration of the runtime cannot be
+	// changed by drop-ins, before anything is written.
+	refuse(w *changes.Set, cfg *config.Config) error
+	// keepsNRI: no file of its configuration turns NRI off or moves its
+	// socket at its next start.
+	keepsNRI(w *changes.Set, cfg *config.Config) (bool, error)
+	// enable writes the drop-in that switches NRI on, or refuses what it
+	// cannot do safely, changing nothing.
+	enable(w *changes.Set, cfg *config.Config) error
+	// keep, at uninstall, takes out of the record what must stay.
+	keep(w *changes.Set)
+}
+
+// nriRuntimes are the runtimes install knows, in the order it configures them.
+func nriRuntimes(containerdVersion int) []nriRuntime {
+	return []nriRuntime{containerd{newVersion: containerdVersion}, crio{}}
+}
 
 // NRI puts the plugin where the runtime launches it, with its configuration,
 // and enables NRI with drop-in files. It is one transaction: a step that
@@ -87,12 +115,12 @@ func NRI(o NRIOptions, out io.Writer) (err error) {
 	if o.Socket != "" {
 		cfg.NRI.Socket = o.Socket
 	}
-	useContainerd, useCRIO, err := runtimes(w, o.Runtime, cfg)
+	rts, err := selectRuntimes(w, o.Runtime, cfg, nriRuntimes(o.ContainerdConfigVersion))
 	if err != nil {
 		return err
 	}
 	if o.NRIOnly {
-		on, err := alreadyOn(w, cfg, useContainerd, useCRIO)
+		on, err := alreadyOn(w, cfg, rts)
 		if err != nil {
 			return err
 		}
@@ -101,76 +129,76 @@ func NRI(o NRIOptions, out io.Writer) (err error) {
 			if err := w.Commit(); err != nil {
 				return err
 			}
-			return o.writeState(State{Socket: cfg.NRI.Socket})
+			return o.writeState(restartstate.State{Socket: cfg.NRI.Socket})
 		}
 	} else if err := plugin(w, cfg, o.Binary, o.ConfigPath); err != nil {
 		return err
 	}
-	if useContainerd {
-		if err := containerd(w, cfg, o.ContainerdConfigVersion); err != nil {
-			return err
-		}
-	}
-	if useCRIO {
-		if err := crio(w, cfg); err != nil {
+	for _, rt := range rts {
+		if err := rt.enable(w, cfg); err != nil {
 			return err
 		}
 	}
 	if err := w.Commit(); err != nil {
 		return err
 	}
-	us := units(useContainerd, useCRIO)
-	pending, err := pendingRestarts(w, o.ProcRoot, us)
+	pending, err := pendingRestarts(w, o.ProcRoot, rts)
 	if err != nil {
 		return err
 	}
-	if err := apply(w, o.Root, us, pending, o.Restart); err != nil {
+	if err := apply(w, o.Root, units(rts), pending, o.Restart); err != nil {
 		return err
 	}
 	if o.StateFile == "" {
 		return nil
 	}
-	if pending, err = pendingRestarts(w, o.ProcRoot, us); err != nil {
+	if pending, err = pendingRestarts(w, o.ProcRoot, rts); err != nil {
 		return err
 	}
-	return o.writeState(State{Socket: cfg.NRI.Socket, Pending: pending})
+	return o.writeState(restartstate.State{Socket: cfg.NRI.Socket, Pending: pending})
 }
 
-func (o NRIOptions) writeState(s State) error {
+func (o NRIOptions) writeState(s restartstate.State) error {
 	if o.StateFile == "" || o.DryRun {
 		return nil
 	}
-	if err := WriteState(o.StateFile, s); err != nil {
+	if err := restartstate.Write(o.StateFile, s); err != nil {
 		return fmt.Errorf("write what is left to do for the plugin: %w", err)
 	}
 	return nil
 }
 
-// runtimes says which runtimes install configures: those asked for, or
-// (auto) those whose configuration the node has. A containerd that k3s or
-// RKE2 runs is refused: they write its configuration at every start.
-func runtimes(w *changes.Set, runtime string, cfg *config.Config) (useContainerd, useCRIO bool, err error) {
-	switch runtime {
-	case "auto", "":
-		useContainerd, useCRIO = present(w, "/etc/containerd"), present(w, "/etc/crio")
-	case "containerd":
-		useContainerd = true
-	case "crio":
-		useCRIO = true
-	case "both":
-		useContainerd, useCRIO = true, true
+// selectRuntimes says which runtimes install configures: the one asked
+// for, every one ("both"), or (auto) those whose configuration the node
+// has. Every runtime considered may refuse the node first.
+func selectRuntimes(w *changes.Set, name string, cfg *config.Config, all []nriRuntime) ([]nriRuntime, error) {
+	var considered []nriRuntime
+	switch name {
+	case "auto", "", "both":
+		considered = all
 	default:
-		return false, false, fmt.Errorf("--runtime %q: want auto, containerd, crio or both", runtime)
-	}
-	if runtime != "crio" {
-		if err := generatedConfig(w, cfg); err != nil {
-			return false, false, err
+		for _, rt := range all {
+			if rt.name() == name {
+				considered = []nriRuntime{rt}
+			}
 		}
 	}
-	if !useContainerd && !useCRIO {
-		return false, false, errors.New("found neither /etc/containerd nor /etc/crio with anything in them: pass --runtime containerd or --runtime crio")
+	if considered == nil {
+		return nil, fmt.Errorf("--runtime %q: want auto, containerd, crio or both", name)
 	}
-	return useContainerd, useCRIO, nil
+	var out []nriRuntime
+	for _, rt := range considered {
+		if err := rt.refuse(w, cfg); err != nil {
+			return nil, err
+		}
+		if name == "both" || name == rt.name() || present(w, rt.dir()) {
+			out = append(out, rt)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("found neither /etc/containerd nor /etc/crio with anything in them: pass --runtime containerd or --runtime crio")
+	}
+	return out, nil
 }
 
 // present reports whether a runtime's configuration directory holds
@@ -184,26 +212,66 @@ func present(w *changes.Set, dir string) bool {
 	return err == nil && len(ents) > 0
 }
 
-// units are the systemd units of the runtimes named.
-func units(containerd, crio bool) []string {
+// units are the systemd units of the runtimes.
+func units(rts []nriRuntime) []string {
 	var u []string
-	if containerd {
-		u = append(u, "containerd.service")
-	}
-	if crio {
-		u = append(u, "crio.service")
+	for _, rt := range rts {
+		u = append(u, rt.unit())
 	}
 	return u
 }
 
+// alreadyOn reports whether NRI is on in the node's runtime as it runs and
+// as it will start again: the runtime serves NRI at oomguard's socket now
+// (containerd >= 2.0 and CRI-O >= 1.30 do by default), and no file of its
+// configuration says otherwise (NRI off, or its socket elsewhere). Then
+// --nri-only has nothing to write and no restart to ask for. A node with
+// both runtimes, or oomguard's drop-in already, goes the usual way.
+func alreadyOn(w *changes.Set, cfg *config.Config, rts []nriRuntime) (bool, error) {
+	if len(rts) != 1 || !serving(w, cfg.NRI.Socket) {
+		return false, nil
+	}
+	for _, rt := range nriRuntimes(0) {
+		if w.Exists(rt.dropIn()) {
+			return false, nil
+		}
+	}
+	return rts[0].keepsNRI(w, cfg)
+}
+
+// serving: something accepts connections on the socket (a stale file does not).
+func serving(w *changes.Set, socket string) bool {
+	h, err := w.Host(socket)
+	if err != nil {
+		return false
+	}
+	c, err := net.DialTimeout("unix", h, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the
 // runtimes when asked and something changed.
-func UninstallNRI(root string, dryRun bool, restart Restarter, out io.Writer) error {
-	w, err := undoWith(root, NRIManifest, dryRun, out, keepImports)
+func UninstallNRI(root string, dryRun bool, restart restartstate.Restarter, out io.Writer) error {
+	all := nriRuntimes(0)
+	w, err := undoWith(root, NRIManifest, dryRun, out, func(w *changes.Set) {
+		for _, rt := range all {
+			rt.keep(w)
+		}
+	})
 	if err != nil {
 		return err
 	}
-	return apply(w, root, units(present(w, "/etc/containerd"), present(w, "/etc/crio")), nil, restart)
+	var rts []nriRuntime
+	for _, rt := range all {
+		if present(w, rt.dir()) {
+			rts = append(rts, rt)
+		}
+	}
+	return apply(w, root, units(rts), nil, restart)
 }
 
 // undo undoes what the record at record lists.
@@ -230,7 +298,7 @@ func undoWith(root, record string, dryRun bool, out io.Writer, keep func(*change
 // apply makes the runtimes read what changed, or what one has not read
 // yet (pending): nothing when there is none; a restart through systemd when
 // allowed; else what to run.
-func apply(w *changes.Set, root string, units []string, pending []Pending, restart Restarter) error {
+func apply(w *changes.Set, root string, units []string, pending []restartstate.Pending, restart restartstate.Restarter) error {
 	out := w.Out()
 	if !w.Changed() {
 		if len(pending) == 0 {
@@ -264,24 +332,6 @@ func apply(w *changes.Set, root string, units []string, pending []Pending, resta
 	return nil
 }
 
-// k3s and RKE2 write containerd's configuration at every start, from a
-// template beside it when there is one.
-var generatedContainerd = []string{"/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd"}
-
-// generatedConfig refuses a node whose containerd configuration its
-// distribution regenerates, saying what to add where.
-func generatedConfig(w *changes.Set, cfg *config.Config) error {
-	for _, d := range generatedContainerd {
-		if !w.Exists(d + "/config.toml") {
-			continue
-		}
-		return fmt.Errorf("%s/config.toml is generated at every start of k3s or RKE2, which runs its own containerd: a drop-in in /etc/containerd would never be read. "+
-			"Copy it to %s/config.toml.tmpl (config-v3.toml.tmpl for containerd 2), append this, and restart k3s or rke2-agent:\n%s",
-			d, d, nriSection(cfg, nriPluginID))
-	}
-	return nil
-}
-
 // plugin puts the binary where the runtime launches plugins, with its config.
 func plugin(w *changes.Set, cfg *config.Config, binary, cfgPath string) error {
 	if binary == "" {
@@ -301,57 +351,4 @@ func plugin(w *changes.Set, cfg *config.Config, binary, cfgPath string) error {
 	// The runtime passes this file to the plugin at Configure: a link keeps
 	// one configuration for the plugin, the hook and the doctor.
 	return w.Symlink(path.Join(PluginConfDir, cfg.NRI.PluginIndex+"-"+cfg.NRI.PluginName+".conf"), cfgPath)
-}
-
-// containerdDropInText is the drop-in in the main file's version: containerd
-// 1.7 refuses files of two versions, and reads a version-1 file's plugins by
-// their short ID, where 2.x migrates a full one.
-func containerdDropInText(cfg *config.Config, version int) string {
-	s := fmt.Sprintf("# Written by oomguard-nri install: enables NRI and oomguard's plugin.\nversion = %d\n\n%s", version, nriSection(cfg, nriPluginID))
-	if version == 1 {
-		s += "\n# containerd 1.7 reads a version-1 file's plugins by their short ID.\n" + nriSection(cfg, nriPluginShortID)
-	}
-	return s
-}
-
-func nriSection(cfg *config.Config, id string) string {
-	return fmt.Sprintf(`[plugins.%q]
-  disable = false
-  disable_connections = false
-  plugin_config_path = %q
-  plugin_path = %q
-  socket_path = %q
-`, id, PluginConfDir, PluginDir, cfg.NRI.Socket)
-}
-
-// importedDropIn is where oomguard's drop-in goes so that one of containerd's
-// imports reads it: oomguard's own path if an import covers it, else a file
-// named as oomguard's in the directory of the first import that is a glob
-// matching it. Relative imports are containerd's config directory's.
-func importedDropIn(imports []string) (dropIn, imp string) {
-	abs := make([]string, len(imports))
-	for i, imp := range imports {
-		if !filepath.IsAbs(imp) {
-			imp = filepath.Join(filepath.Dir(ContainerdConfig), imp)
-		}
-		abs[i] = imp
-	}
-	for _, imp := range abs {
-		if ok, _ := filepath.Match(imp, ContainerdDropIn); ok {
-			return ContainerdDropIn, imp
-		}
-	}
-	name := strings.TrimSuffix(filepath.Base(ContainerdDropIn), ".toml")
-	for _, imp := range abs {
-		dir, pattern := filepath.Split(imp)
-		if !strings.ContainsAny(pattern, "*?[") || strings.ContainsAny(dir, "*?[") {
-			continue
-		}
-		for _, ext := range []string{".toml", ".conf", ""} {
-			if ok, _ := filepath.Match(imp, dir+name+ext); ok {
-				return dir + name + ext, imp
-			}
-		}
-	}
-	return "", ""
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 // Through a real API server, with the chart's RBAC for the node agent
@@ -24,13 +25,10 @@ func TestE2ENodeConditionAndSlots(t *testing.T) {
 	repo, _ := filepath.Abs("../..")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: filepath.Join(repo, "build", "components", "kubernetes"), Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
+	helm := testbin.ComponentFor(t, "helm", "helm")
+	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
 	kubectl := cp.KubectlFor(ctx, t)
-	rbac, err := exec.Command(filepath.Join(repo, "build", "components", "helm", "helm"), "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
+	rbac, err := exec.Command(helm, "template", "gpu", filepath.Join(repo, "deploy", "helm", "oomguard"),
 		"--namespace", "oomguard", "--set", "restartRuntime=true", "--set", "restartRuntimeMaxAtOnce=1", "--show-only", "templates/serviceaccount.yaml").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
@@ -61,7 +59,7 @@ func TestE2ENodeConditionAndSlots(t *testing.T) {
 	if !strings.Contains(first, "Ready=True/KubeletReady") || !strings.Contains(first, "OOMGuardRuntimeRestartPending=True/RuntimeRestartPending@") {
 		t.Fatalf("the node's conditions: %s", first)
 	}
-	// What the chart's NOTES and the README tell the operator to run.
+	// What the chart's NOTES and docs/install-cluster.md tell the operator to run.
 	columns := kubectl("", "get", "nodes", "-o", `custom-columns=NODE:.metadata.name,RESTART PENDING:.status.conditions[?(@.type=="OOMGuardRuntimeRestartPending")].status`)
 	if lines := strings.Split(columns, "\n"); len(lines) != 3 || strings.Join(strings.Fields(lines[1]), " ") != "node-a True" || strings.Join(strings.Fields(lines[2]), " ") != "node-b <none>" {
 		t.Fatalf("kubectl's columns:\n%s", columns)

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/oomguard/oomguard/config"
 )
 
 // Pods cannot buy immunity: whatever annotations an untrusted pod sets, its
@@ -51,7 +53,7 @@ namespaces = ["vm"]
 			floor = 900
 		case ns == "vm":
 			floor = 500
-		case InRange(rs) && rs > floor:
+		case config.InRange(rs) && rs > floor:
 			floor = rs
 		}
 		if *d.OOMScoreAdj < floor {

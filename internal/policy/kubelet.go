@@ -1,12 +1,16 @@
 package policy
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/oomguard/oomguard/config"
+)
 
 // QoS classes as kubelet names them, lower-cased.
 const (
-	QoSGuaranteed = "guaranteed"
-	QoSBurstable  = "burstable"
-	QoSBestEffort = "besteffort"
+	QoSGuaranteed = config.QoSGuaranteed
+	QoSBurstable  = config.QoSBurstable
+	QoSBestEffort = config.QoSBestEffort
 )
 
 // kubelet's cgroups: kubepods (the root of every pod), an optional QoS

@@ -7,20 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-)
 
-// Match is a rule's selector: every field that is set must match, and within
-// a list any entry may. An empty Match matches every container.
-type Match struct {
-	Namespaces      []string          `toml:"namespaces"`       // globs
-	PodLabels       map[string]string `toml:"pod_labels"`       // key → value glob
-	Annotations     map[string]string `toml:"annotations"`      // key → value glob, pod or container
-	RuntimeHandlers []string          `toml:"runtime_handlers"` // globs, e.g. "sysbox-runc"
-	Containers      []string          `toml:"containers"`       // container name globs
-	Images          []string          `toml:"images"`           // image reference globs
-	Command         string            `toml:"command"`          // Go regexp searched in the program (args[0], past init wrappers)
-	QoS             []string          `toml:"qos"`              // guaranteed, burstable, besteffort
-}
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/glob"
+)
 
 type compiled struct {
 	namespaces, handlers, containers, images []*regexp.Regexp
@@ -29,12 +19,12 @@ type compiled struct {
 	qos                                      []string
 }
 
-func (m *Match) compile() (compiled, error) {
+func compileMatch(m *config.Match) (compiled, error) {
 	var errs []error
 	globs := func(field string, in []string) []*regexp.Regexp {
 		out := make([]*regexp.Regexp, 0, len(in))
 		for _, g := range in {
-			re, err := compileGlob(g)
+			re, err := glob.Compile(g)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("match.%s: %w", field, err))
 				continue
@@ -46,7 +36,7 @@ func (m *Match) compile() (compiled, error) {
 	kv := func(field string, in map[string]string) map[string]*regexp.Regexp {
 		out := make(map[string]*regexp.Regexp, len(in))
 		for _, k := range slices.Sorted(maps.Keys(in)) {
-			re, err := compileGlob(in[k])
+			re, err := glob.Compile(in[k])
 			if err != nil {
 				errs = append(errs, fmt.Errorf("match.%s[%q]: %w", field, k, err))
 				continue
@@ -123,55 +113,4 @@ func anyMatch(res []*regexp.Regexp, s string) bool {
 		}
 	}
 	return false
-}
-
-// compileGlob turns a shell glob into an anchored regexp. Unlike path.Match,
-// '*' also matches '/', so "registry.example.com/*" covers every image there.
-// Supported: '*', '?', '[...]' with '!' or '^' negation, and '\' escapes.
-func compileGlob(g string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(g); i++ {
-		switch ch := g[i]; ch {
-		case '*':
-			b.WriteString(".*")
-		case '?':
-			b.WriteString(".")
-		case '\\':
-			if i+1 == len(g) {
-				return nil, fmt.Errorf("glob %q ends in a lone '\\'", g)
-			}
-			i++
-			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
-		case '[':
-			end := strings.IndexByte(g[i+1:], ']')
-			if end == 0 { // "[]...]": a leading ']' is a literal member
-				if e2 := strings.IndexByte(g[i+2:], ']'); e2 >= 0 {
-					end = e2 + 1
-				} else {
-					end = -1
-				}
-			}
-			if end < 0 {
-				return nil, fmt.Errorf("glob %q has an unterminated '['", g)
-			}
-			class := g[i+1 : i+1+end]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			if class == "" || class == "^" {
-				return nil, fmt.Errorf("glob %q has an empty character class", g)
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += end + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(ch)))
-		}
-	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
-	if err != nil {
-		return nil, fmt.Errorf("glob %q is not valid: %w", g, err)
-	}
-	return re, nil
 }

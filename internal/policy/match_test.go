@@ -5,40 +5,6 @@ import (
 	"testing"
 )
 
-func TestGlob(t *testing.T) {
-	for _, tc := range []struct {
-		glob, s string
-		want    bool
-	}{
-		{"*", "", true},
-		{"*", "a/b:c", true},
-		{"registry.example.com/*", "registry.example.com/ml/base:v1", true},
-		{"registry.example.com/*", "registry.example.org/ml", false},
-		{"kube-?", "kube-a", true},
-		{"kube-?", "kube-ab", false},
-		{"team-[ab]", "team-b", true},
-		{"team-[!ab]", "team-b", false},
-		{"team-[!ab]", "team-c", true},
-		{"a.b", "axb", false},
-		{`a\*`, "a*", true},
-		{`a\*`, "ab", false},
-		{"[]]x", "]x", true},
-	} {
-		re, err := compileGlob(tc.glob)
-		if err != nil {
-			t.Fatalf("%q: %v", tc.glob, err)
-		}
-		if got := re.MatchString(tc.s); got != tc.want {
-			t.Errorf("glob %q on %q = %v, want %v", tc.glob, tc.s, got, tc.want)
-		}
-	}
-	for _, bad := range []string{"[", "a[b", `x\`, "[!]"} {
-		if _, err := compileGlob(bad); err == nil {
-			t.Errorf("glob %q: want an error", bad)
-		}
-	}
-}
-
 func TestKubeContainer(t *testing.T) {
 	for _, tc := range []struct {
 		cg, pod, ctr, id string

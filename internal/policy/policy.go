@@ -11,6 +11,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/glob"
 )
 
 // Annotation keys. Each follows the NRI convention: KEY/container.NAME for
@@ -21,12 +24,6 @@ const (
 	AnnotationOOMGroup         = "oom-group.oomguard.io"
 	AnnotationOOMScoreAdjAlias = "oomguard.io/oom-score-adj"
 	AnnotationOOMGroupAlias    = "oomguard.io/oom-group"
-)
-
-// Range of oom_score_adj.
-const (
-	MinScore = -1000
-	MaxScore = 1000
 )
 
 // Facts is what the runtime tells about a container at creation.
@@ -69,73 +66,36 @@ func (r Rejection) String() string {
 // Changes reports whether the decision sets anything.
 func (d *Decision) Changes() bool { return d.OOMScoreAdj != nil || d.OOMGroup != nil }
 
-// Rule selects containers and says what they must get. Nil values leave the
-// runtime's setting alone; a rule that sets nothing excludes what it matches.
-type Rule struct {
-	Name        string `toml:"name"`
-	OOMScoreAdj *int   `toml:"oom_score_adj"`
-	OOMGroup    *bool  `toml:"oom_group"`
-	Match       Match  `toml:"match"`
-}
-
-// Annotations is the policy for pod annotations that override rules.
-type Annotations struct {
-	// Enabled lets oomguard.io annotations override the rule's values.
-	Enabled bool `toml:"enabled"`
-	// MinOOMScoreAdj is the lowest oom_score_adj an annotation from an
-	// untrusted namespace may ask for.
-	MinOOMScoreAdj int `toml:"min_oom_score_adj"`
-	// TrustedNamespaces (globs) may ask for any value, lower than the rule too.
-	TrustedNamespaces []string `toml:"trusted_namespaces"`
-}
-
 // Policy is the rules and the annotation policy, checked and compiled.
 type Policy struct {
 	rules   []rule
-	ann     Annotations
+	ann     config.Annotations
 	trusted []*regexp.Regexp
 }
 
 type rule struct {
-	Rule
+	config.Rule
 	m compiled
 }
 
-// New checks and compiles rules and the annotation policy. It reports every
-// problem at once, each naming the key or the rule.
-func New(rules []Rule, ann Annotations) (*Policy, error) {
+// New compiles the configuration's rules and annotation policy, which
+// config.Validate checked; what does not compile is an error naming the
+// key or the rule.
+func New(c *config.Config) (*Policy, error) {
 	var errs []error
-	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	p := &Policy{ann: ann}
-	if !InRange(ann.MinOOMScoreAdj) {
-		add("annotations.min_oom_score_adj %d: want a value from -1000 to 1000", ann.MinOOMScoreAdj)
-	}
-	for _, g := range ann.TrustedNamespaces {
-		re, err := compileGlob(g)
+	p := &Policy{ann: c.Annotations}
+	for _, g := range c.Annotations.TrustedNamespaces {
+		re, err := glob.Compile(g)
 		if err != nil {
-			add("annotations.trusted_namespaces: %v", err)
+			errs = append(errs, fmt.Errorf("annotations.trusted_namespaces: %w", err))
 			continue
 		}
 		p.trusted = append(p.trusted, re)
 	}
-	seen := map[string]int{}
-	for i, r := range rules {
-		where := fmt.Sprintf("rule #%d", i+1)
-		if r.Name == "" {
-			add("%s has no name: add name = \"...\" (decisions are logged by rule name)", where)
-		} else {
-			where = fmt.Sprintf("rule #%d %q", i+1, r.Name)
-			if j, dup := seen[r.Name]; dup {
-				add("%s: the name is already used by rule #%d; rule names must be unique", where, j)
-			}
-			seen[r.Name] = i + 1
-		}
-		if r.OOMScoreAdj != nil && !InRange(*r.OOMScoreAdj) {
-			add("%s: oom_score_adj %d: want a value from -1000 to 1000", where, *r.OOMScoreAdj)
-		}
-		m, err := r.Match.compile()
+	for i, r := range c.Rules {
+		m, err := compileMatch(&r.Match)
 		if err != nil {
-			add("%s: %v", where, err)
+			errs = append(errs, fmt.Errorf("rule #%d %q: %w", i+1, r.Name, err))
 		}
 		p.rules = append(p.rules, rule{Rule: r, m: m})
 	}
@@ -144,9 +104,6 @@ func New(rules []Rule, ann Annotations) (*Policy, error) {
 	}
 	return p, nil
 }
-
-// InRange reports whether v is a valid oom_score_adj.
-func InRange(v int) bool { return v >= MinScore && v <= MaxScore }
 
 // Decide applies the first matching rule, then the annotations. It is pure:
 // the same facts always give the same decision.
@@ -195,7 +152,7 @@ func (p *Policy) applyAnnotations(f *Facts, d *Decision) {
 		switch {
 		case err != nil:
 			reject(scoreKey, score, "not an integer")
-		case !InRange(v):
+		case !config.InRange(v):
 			reject(scoreKey, score, "out of range -1000..1000")
 		case trusted:
 			d.OOMScoreAdj = &v

@@ -5,21 +5,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oomguard/oomguard/internal/stricttoml"
+	"github.com/oomguard/oomguard/config"
 )
 
 // parse reads rules and the annotation policy as the configuration file
 // holds them, annotations enabled as by default.
 func parse(t testing.TB, text string) *Policy {
 	t.Helper()
-	doc := struct {
-		Annotations Annotations `toml:"annotations"`
-		Rules       []Rule      `toml:"rule"`
-	}{Annotations: Annotations{Enabled: true}}
-	if err := stricttoml.Decode([]byte(text), &doc); err != nil {
+	c, err := config.Parse([]byte(text))
+	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(doc.Rules, doc.Annotations)
+	p, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func Decode(data []byte, v any) error {
 		for i, k := range und {
 			keys[i] = fmt.Sprintf("%q", k.String())
 		}
-		return fmt.Errorf("unknown key %s: check the spelling against the reference in README.md", strings.Join(keys, ", "))
+		return fmt.Errorf("unknown key %s: check the spelling against the keys in docs/configuration.md", strings.Join(keys, ", "))
 	}
 	return nil
 }

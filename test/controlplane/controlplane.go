@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 // Options says where the binaries are and what the API server's
@@ -423,4 +425,25 @@ func FreePort() (int, error) {
 		return 0, err
 	}
 	return p[0], nil
+}
+
+// ForTest starts a control plane for t from make components' build (or
+// $OOMGUARD_KUBE_BIN), with o's other options; it stops when t ends.
+func ForTest(ctx context.Context, t testing.TB, o Options) *Cluster {
+	t.Helper()
+	if o.Bin = os.Getenv("OOMGUARD_KUBE_BIN"); o.Bin == "" {
+		var err error
+		if o.Bin, err = testbin.Component("kubernetes", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	c, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // RepoRoot is the directory of the main module's go.mod.
@@ -60,4 +61,29 @@ func ShippedConfig(logFile string) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(strings.Replace(string(b), `file = "/var/log/oomguard-hook.log"`, fmt.Sprintf("file = %q", logFile), 1)), nil
+}
+
+// Component is the real component make components built: BIN of
+// build/components/NAME (the directory itself when bin is ""), or an error
+// that says to build it.
+func Component(name, bin string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, "build", "components", name, bin)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is missing: run make components", p)
+	}
+	return p, nil
+}
+
+// ComponentFor is Component for a test, which fails when it is missing.
+func ComponentFor(t testing.TB, name, bin string) string {
+	t.Helper()
+	p, err := Component(name, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

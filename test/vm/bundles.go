@@ -70,19 +70,19 @@ func WithShim(g *Guest, b *runcbundle.Bundle) error {
 	return nil
 }
 
-// expectKilled fails unless the kernel killed exactly the processes named
+// ExpectKilled fails unless the kernel killed exactly the processes named
 // (in any order; a name may repeat).
-func expectKilled(r *Run, want ...string) error {
+func ExpectKilled(r *Run, want ...string) error {
 	got := r.KilledComms()
 	if !slices.Equal(sorted(got), sorted(want)) {
-		return fmt.Errorf("the kernel killed %s, want %s", list(got), list(want))
+		return fmt.Errorf("the kernel killed %s, want %s", Names(got), Names(want))
 	}
 	return nil
 }
 
 func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
-func list(s []string) string {
+func Names(s []string) string {
 	if len(s) == 0 {
 		return "nothing"
 	}

@@ -35,12 +35,12 @@ import (
 // the port a webhook on the node's network listens on (the chart's
 // imagepatchWebhook.port with hostNetwork).
 const (
-	nodeIP      = "10.0.2.15"
-	hostIP      = "10.0.2.2"
+	NodeIP      = "10.0.2.15"
+	HostIP      = "10.0.2.2"
 	agentPort   = 7070
-	webhookPort = 9443
-	nodeName    = "node"
-	clusterMem  = 1536
+	WebhookPort = 9443
+	NodeName    = "node"
+	ClusterMem  = 1536
 )
 
 // Cluster is a running cluster boot, for a variant's Drive.
@@ -51,6 +51,24 @@ type Cluster struct {
 	dir     string
 	notes   *[]string
 	figures map[string]time.Duration
+	steps   Stepper
+}
+
+// Steps runs a drive's steps in order, as the boot was told to (subtests in
+// tests), noting how long each took; it stops at the first that fails.
+func (c *Cluster) Steps(ctx context.Context, prefix string, steps []Step) error {
+	timed := make([]Step, len(steps))
+	for i, s := range steps {
+		timed[i] = Step{Name: s.Name, Run: func(ctx context.Context) error {
+			start := time.Now()
+			err := s.Run(ctx)
+			if err == nil {
+				c.Note("%s: %s (%s)", prefix, s.Name, time.Since(start).Round(100*time.Millisecond))
+			}
+			return err
+		}}
+	}
+	return c.steps(ctx, timed)
 }
 
 // Note records a figure or an observation for the test's log.
@@ -59,9 +77,9 @@ func (c *Cluster) Note(format string, args ...any) {
 }
 
 // Helm runs the real helm (make components) against the cluster, from the
-// repository, as the README says; the error carries its output.
+// repository, as docs/install-cluster.md says; the error carries its output.
 func (c *Cluster) Helm(ctx context.Context, args ...string) ([]byte, error) {
-	helm, err := c.Env.component("helm", "helm")
+	helm, err := c.Env.Component("helm", "helm")
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +159,7 @@ func (n *Node) done() {
 const clusterScript = `net_up
 start_runtime
 start_kubelet
-agent --listen ` + nodeIP + `:` + "7070" + ` >>/tmp/agent.log 2>&1
+agent --listen ` + NodeIP + `:` + "7070" + ` >>/tmp/agent.log 2>&1
 report
 `
 
@@ -151,9 +169,10 @@ type clusterBoot struct {
 	cp       *controlplane.Cluster
 	hostPort int
 	token    string
-	// webhookPort forwarded to the host's loopback at this port: the API
+	// WebhookPort forwarded to the host's loopback at this port: the API
 	// server reaches a Service's endpoint on the node's network through it.
 	webhookFwd int
+	steps      Stepper // how the drive's steps run
 }
 
 func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterBoot, error) {
@@ -165,8 +184,11 @@ func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterB
 	if b.webhookFwd, err = controlplane.FreePort(); err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(e.Components, "kubernetes")
-	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin, Dir: filepath.Join(dir, "cp"), Hosts: []string{hostIP}, Reach: b.reach})
+	bin, err := e.Component("kubernetes", "")
+	if err != nil {
+		return nil, err
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{Bin: bin, Dir: filepath.Join(dir, "cp"), Hosts: []string{HostIP}, Reach: b.reach})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
@@ -175,7 +197,7 @@ func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterB
 	tok := make([]byte, 16)
 	rand.Read(tok)
 	b.token = hex.EncodeToString(tok)
-	kc, err := cp.NodeKubeconfig(fmt.Sprintf("https://%s:%d", hostIP, cp.Port), nodeName)
+	kc, err := cp.NodeKubeconfig(fmt.Sprintf("https://%s:%d", HostIP, cp.Port), NodeName)
 	if err != nil {
 		return fail(err)
 	}
@@ -203,8 +225,8 @@ func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterB
 // reach is the control plane's way to the node's network: only the
 // webhook's port is forwarded.
 func (b *clusterBoot) reach(ctx context.Context, addr string) (net.Conn, error) {
-	if addr != net.JoinHostPort(nodeIP, strconv.Itoa(webhookPort)) {
-		return nil, fmt.Errorf("%s: only %s:%d of the node is forwarded", addr, nodeIP, webhookPort)
+	if addr != net.JoinHostPort(NodeIP, strconv.Itoa(WebhookPort)) {
+		return nil, fmt.Errorf("%s: only %s:%d of the node is forwarded", addr, NodeIP, WebhookPort)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", b.webhookFwd))
@@ -261,7 +283,7 @@ func WithClusterKubelet(g *Guest, rt Runtime) error {
 // variant's Drive, and ends the boot.
 func (e *Env) drive(ctx context.Context, s Scenario, v Variant, cb *clusterBoot, dir string, args []string) (*Run, error) {
 	args = append(args, "-netdev", fmt.Sprintf("user,id=n0,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d",
-		cb.hostPort, nodeIP, agentPort, cb.webhookFwd, nodeIP, webhookPort),
+		cb.hostPort, NodeIP, agentPort, cb.webhookFwd, NodeIP, WebhookPort),
 		"-device", "virtio-net-pci,netdev=n0,romfile=")
 	cmd := exec.CommandContext(ctx, QEMU, args...)
 	var out syncbuf.Buffer
@@ -274,7 +296,7 @@ func (e *Env) drive(ctx context.Context, s Scenario, v Variant, cb *clusterBoot,
 	go func() { exited <- cmd.Wait() }()
 	node := &Node{url: fmt.Sprintf("http://127.0.0.1:%d", cb.hostPort), token: cb.token, client: &http.Client{}}
 	var notes []string
-	c := &Cluster{Cluster: cb.cp, Env: e, Node: node, dir: dir, notes: &notes, figures: map[string]time.Duration{}}
+	c := &Cluster{Cluster: cb.cp, Env: e, Node: node, dir: dir, notes: &notes, figures: map[string]time.Duration{}, steps: cb.steps}
 	driveErr := func() error {
 		for {
 			if _, err := node.RunFor(ctx, 30*time.Second, "true"); err == nil {
@@ -305,20 +327,20 @@ func (e *Env) drive(ctx context.Context, s Scenario, v Variant, cb *clusterBoot,
 		cmd.Process.Kill()
 		qemuErr = <-exited
 	}
-	run := parseConsole(out.String())
+	run := ParseConsole(out.String())
 	run.Scenario, run.Variant, run.Elapsed, run.Notes, run.Figures = s.Name, v.Name, time.Since(start), notes, c.figures
 	switch {
 	case driveErr != nil:
-		return run, fmt.Errorf("%s/%s: %w\ncontrol plane:\n%s\nconsole:\n%s", s.Name, v.Name, driveErr, cb.cp.Logs(15), tailLines(run.Console, 200))
+		return run, fmt.Errorf("%s/%s: %w\ncontrol plane:\n%s\nconsole:\n%s", s.Name, v.Name, driveErr, cb.cp.Logs(15), TailLines(run.Console, 200))
 	case qemuErr != nil && ctx.Err() == nil:
-		return run, fmt.Errorf("%s/%s: qemu: %v; console:\n%s", s.Name, v.Name, qemuErr, tailLines(run.Console, 200))
+		return run, fmt.Errorf("%s/%s: qemu: %v; console:\n%s", s.Name, v.Name, qemuErr, TailLines(run.Console, 200))
 	case !strings.Contains(run.Console, "@@DONE"):
-		return run, fmt.Errorf("%s/%s: the VM did not finish; console:\n%s", s.Name, v.Name, tailLines(run.Console, 200))
+		return run, fmt.Errorf("%s/%s: the VM did not finish; console:\n%s", s.Name, v.Name, TailLines(run.Console, 200))
 	}
 	return run, nil
 }
 
-func tailLines(s string, n int) string {
+func TailLines(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
@@ -366,3 +388,71 @@ func (c *Cluster) ContainerID(ctx context.Context, ns, pod, container string) (s
 	}
 	return id, nil
 }
+
+// WaitNodeReady waits until the node is Ready and the default namespace
+// can hold pods (its service account exists).
+func (c *Cluster) WaitNodeReady(ctx context.Context) error {
+	err := c.Poll(ctx, 3*time.Minute, "the node to register", func() (bool, error) {
+		_, err := c.Kubectl(ctx, "get", "node", NodeName)
+		return err == nil, nil
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "wait", "--for=condition=Ready", "node/"+NodeName, "--timeout=5m"); err != nil {
+		out, _ := c.Kubectl(ctx, "get", "node", NodeName, "-o", "yaml")
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return c.WaitServiceAccounts(ctx, "default")
+}
+
+// StartPod creates p through the API server and waits until it is Ready;
+// it returns how long that took, as the operator who created it sees it.
+func (c *Cluster) StartPod(ctx context.Context, p Pod) (time.Duration, error) {
+	start := time.Now()
+	if err := c.Apply(ctx, p.Manifest()); err != nil {
+		return 0, err
+	}
+	if err := c.WaitReady(ctx, p.Namespace, p.Name); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// WaitReady waits for a pod to be Ready, and says why it is not when it
+// is not within 5 minutes.
+func (c *Cluster) WaitReady(ctx context.Context, ns, name string) error {
+	if _, err := c.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "pod/"+name, "--timeout=5m"); err != nil {
+		out, _ := c.Kubectl(ctx, "-n", ns, "describe", "pod", name)
+		return fmt.Errorf("pod %s/%s: %w\n%s", ns, name, err, out)
+	}
+	return nil
+}
+
+// Poll calls f every second until it says done, it fails, or timeout.
+func (c *Cluster) Poll(ctx context.Context, timeout time.Duration, what string, f func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ok, err := f()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not within %s", what, timeout)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Figure records a measured duration for the bench.
+func (c *Cluster) Figure(name string, d time.Duration) {
+	c.figures[name] = d
+}
+
+// Dir is the boot's work directory on the host, removed with it.
+func (c *Cluster) Dir() string { return c.dir }

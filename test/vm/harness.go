@@ -1,8 +1,9 @@
-// Package vm boots a real Linux kernel with cgroup v2 in QEMU, from an
-// initramfs holding busybox, runc, oomguard's binaries and a scenario, and
-// reads the scenario's results from the serial console. Each scenario is one
-// file: what the VM runs, once per variant (without oomguard, with each part
-// of it), and what each variant must show; Scenarios lists them.
+// Package vm is the harness of the VM tier: it boots a real Linux kernel
+// with cgroup v2 in QEMU, from an initramfs holding busybox, runc,
+// oomguard's binaries, the real runtimes and a scenario, and reads the
+// scenario's results from the serial console; a cluster boot registers the
+// VM's kubelet with a real control plane on the host and drives it in
+// steps. The scenarios themselves are in package scenarios.
 package vm
 
 import (
@@ -23,25 +24,6 @@ import (
 
 	"github.com/oomguard/oomguard/test/runcbundle"
 )
-
-// Scenarios lists every scenario, in the order the demo tells them.
-func Scenarios() []Scenario {
-	return []Scenario{cgroupOOM(), globalOOM(), floorScenario(), doctorScenario(), killOrderScenario(), consoleScenario(), criLifecycle(),
-		kubeScenario("kubelet-containerd", Containerd2,
-			Variant{Name: "report-only", Setup: reportOnlySetup(Containerd2), Check: reportOnly},
-			Variant{Name: "with-nri", Check: guarded}),
-		kubeScenario("kubelet-crio", CRIO,
-			Variant{Name: "report-only", Setup: reportOnlySetup(CRIO), Check: reportOnly},
-			Variant{Name: "with-nri", Check: guarded},
-			Variant{Name: "with-hook", Check: hookGuarded}),
-		// containerd 1.7.35 through the API server in the cluster scenario;
-		// here 1.7.25, NRI 0.6, the oldest the plugin supports.
-		kubeScenario("kubelet-containerd-1.7", Containerd17,
-			// The verifier off (60 s): only the exec watcher sets an exec'd process.
-			Variant{Name: "with-nri-1.7.25", Setup: kubeSetupVerifying(Containerd17Old, "60s", true), Check: execWatched}),
-		clusterScenario(),
-	}
-}
 
 // Scenario is one incident, reproduced without oomguard and ended with it.
 type Scenario struct {
@@ -84,7 +66,7 @@ type Env struct {
 	Kernel     string
 	BinDir     string // bin/: oomguard-hook, oomguard-init, oomguard-nri, oomguard-doctor (make build)
 	TestBinDir string // build/test-bin: guest (make test-bins)
-	Components string // build/components: containerd and the other real components (make components)
+	BuildDir   string // build/: the release image (make image) and the real components (make components)
 	RepoDir    string
 	WorkDir    string
 	Timeout    time.Duration
@@ -113,7 +95,7 @@ func NewEnv(repoDir, buildDir string) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Kernel: k, BinDir: filepath.Join(repoDir, "bin"), TestBinDir: filepath.Join(buildDir, "test-bin"),
-		Components: filepath.Join(buildDir, "components"), RepoDir: repoDir,
+		BuildDir: buildDir, RepoDir: repoDir,
 		WorkDir: filepath.Join(buildDir, "vm", "work"), Timeout: 3 * time.Minute, Log: os.Stderr}
 	for _, name := range programs {
 		if _, err := os.Stat(filepath.Join(e.BinDir, name)); err != nil {
@@ -150,9 +132,9 @@ func (g *Guest) Bundle(name string, args ...string) (*runcbundle.Bundle, error) 
 // File puts data at path in the VM.
 func (g *Guest) File(path string, data []byte, perm uint32) { g.a.file(path, data, perm) }
 
-// guestConfig is the shipped configuration, verifying every interval, with
+// ShippedConfig is the shipped configuration, verifying every interval, with
 // a launched plugin logging where report shows it.
-func guestConfig(repo, interval string) ([]byte, error) {
+func ShippedConfig(repo, interval string) ([]byte, error) {
 	b, err := os.ReadFile(filepath.Join(repo, "deploy", "config.toml"))
 	if err != nil {
 		return nil, err
@@ -235,8 +217,9 @@ func (r *Run) KilledComms() []string {
 	return out
 }
 
-// Boot runs one variant of a scenario in a fresh VM.
-func (e *Env) Boot(ctx context.Context, s Scenario, v Variant) (*Run, error) {
+// Boot runs one variant of a scenario in a fresh VM; a cluster boot's drive
+// runs its steps through steps (nil: RunAll).
+func (e *Env) Boot(ctx context.Context, s Scenario, v Variant, steps Stepper) (*Run, error) {
 	dir, err := os.MkdirTemp(e.WorkDir, s.Name+"-"+v.Name+"-")
 	if err != nil {
 		return nil, err
@@ -281,6 +264,12 @@ func (e *Env) Boot(ctx context.Context, s Scenario, v Variant) (*Run, error) {
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
+	if cb != nil {
+		cb.steps = steps
+		if steps == nil {
+			cb.steps = RunAll
+		}
+	}
 	return e.boot(ctx, s, v, initrd, cb, dir)
 }
 
@@ -307,7 +296,7 @@ func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string, cb
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err := cmd.Run()
-	run := parseConsole(out.String())
+	run := ParseConsole(out.String())
 	run.Scenario, run.Variant, run.Elapsed = s.Name, v.Name, time.Since(start)
 	if ctx.Err() != nil {
 		return run, fmt.Errorf("%s/%s: the VM did not finish within %s; console:\n%s", s.Name, v.Name, timeout, run.Console)
@@ -323,7 +312,7 @@ func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string, cb
 
 var killRE = regexp.MustCompile(`(Memory cgroup out of memory|Out of memory[^:]*): Killed process (\d+) \(([^)]*)\).*oom_score_adj:(-?\d+)`)
 
-func parseConsole(console string) *Run {
+func ParseConsole(console string) *Run {
 	r := &Run{Console: console}
 	sc := bufio.NewScanner(strings.NewReader(console))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -376,7 +365,7 @@ func (e *Env) base(g *Guest, s Scenario) error {
 			return err
 		}
 	}
-	cfg, err := guestConfig(e.RepoDir, "60s")
+	cfg, err := ShippedConfig(e.RepoDir, "60s")
 	if err != nil {
 		return err
 	}
@@ -585,7 +574,7 @@ add_pod() {
 # A pod that never gets there ends the boot, with the logs.
 wait_pod() {
 	kubeletish pod $1 --until ${2:-running} --timeout 300s $3 && return
-	grep -v "^I\|nodeIP can't be loopback" /tmp/kubelet.log | tail -40 | sed 's/^/@@KUBELET /'
+	grep -v "^I\|NodeIP can't be loopback" /tmp/kubelet.log | tail -40 | sed 's/^/@@KUBELET /'
 	grep "$1" /tmp/kubelet.log | tail -20 | sed 's/^/@@KUBELET /'
 	head -3 /proc/meminfo | sed 's/^/@@MEMINFO /'
 	ps -o pid,comm,rss 2>/dev/null | sort -k3 -n | tail -8 | sed 's/^/@@PS /'
@@ -636,3 +625,6 @@ check_daemons() {
 	done
 }
 `
+
+// Env is the environment the guest is assembled in.
+func (g *Guest) Env() *Env { return g.env }

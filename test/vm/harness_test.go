@@ -2,17 +2,12 @@ package vm
 
 import (
 	"bytes"
-	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/oomguard/oomguard/config"
-	"github.com/oomguard/oomguard/internal/policy"
 )
 
 func TestArchiveIsReadByCpio(t *testing.T) {
@@ -67,7 +62,7 @@ func TestParseConsole(t *testing.T) {
 		"@@DMESG [    2.9] Tasks in /oomguard-e2e/pod are going to be killed due to memory.oom.group set",
 		"@@DONE status=0",
 	}, "\n")
-	r := parseConsole(console)
+	r := ParseConsole(console)
 	if len(r.Results) != 2 || r.Result("pod_exit")["pod_exit"] != "137" || r.Result("daemon")["state"] != "dead" {
 		t.Fatalf("results %v", r.Results)
 	}
@@ -78,66 +73,21 @@ func TestParseConsole(t *testing.T) {
 	if !slices.Equal(r.Killed, want) {
 		t.Fatalf("killed %+v", r.Killed)
 	}
-	if err := expectKilled(r, "tail", "sshd"); err != nil {
+	if err := ExpectKilled(r, "tail", "sshd"); err != nil {
 		t.Fatal(err)
 	}
-	if err := expectKilled(r, "tail"); err == nil || !strings.Contains(err.Error(), "[sshd tail]") {
-		t.Fatalf("expectKilled: %v", err)
-	}
-	if d := deadDaemons(r); !slices.Equal(d, []string{"sshd"}) {
-		t.Fatalf("dead daemons %v", d)
+	if err := ExpectKilled(r, "tail"); err == nil || !strings.Contains(err.Error(), "[sshd tail]") {
+		t.Fatalf("ExpectKilled: %v", err)
 	}
 }
 
-func TestScenariosAreComplete(t *testing.T) {
-	if len(Scenarios()) < 2 {
-		t.Fatalf("%d scenarios registered", len(Scenarios()))
-	}
-	for _, s := range Scenarios() {
-		// The demo shows each incident without oomguard, then with it.
-		driven := len(s.Variants) > 0 && s.Variants[0].Drive != nil // a cluster boot: its Drive checks as it goes
-		if s.Name == "" || s.Title == "" || (s.Script == "") != driven || len(s.Variants) == 0 || (!s.Slow && (len(s.Variants) < 2 || s.Variants[0].Name != "without")) {
-			t.Errorf("scenario %q: want a name, a title, a script or a drive, and (in the demo) a \"without\" variant first", s.Name)
-		}
-		for _, v := range s.Variants {
-			if v.Setup == nil || (v.Check == nil) != (v.Drive != nil) {
-				t.Errorf("%s/%s: want Setup, and Check or Drive", s.Name, v.Name)
-			}
-		}
-	}
-}
-
-func TestIsDaemon(t *testing.T) {
-	for comm, want := range map[string]bool{"systemd-network": true, "sshd": true, "hog": false, "systemd-networkd": false} {
-		if isDaemon(comm) != want {
-			t.Errorf("isDaemon(%q) != %v", comm, want)
-		}
-	}
-}
-
-// Each selector pod is decided by its own rule, and only by it, under the
-// configuration the kubelet scenarios install.
-func TestSelectorRulesMatchTheirPods(t *testing.T) {
-	shipped, err := os.ReadFile("../../deploy/config.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(append(shipped, selectorRules()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range selectors {
-		p := s.Pod
-		qos := policy.QoSGuaranteed
-		if p.Memory == "" {
-			qos = policy.QoSBestEffort
-		}
-		f := policy.Facts{Runtime: "containerd", Namespace: p.Namespace, Pod: p.Name + "-node",
-			Container: cmp.Or(p.Container, "main"), Image: cmp.Or(p.Image, WorkloadImage),
-			Labels: p.Labels, Annotations: p.Annotations, Args: p.Command, QoS: qos}
-		d := cfg.Policy().Decide(&f)
-		if d.Rule != p.Name || d.OOMScoreAdj == nil || strconv.Itoa(*d.OOMScoreAdj) != selectorScore(i) {
-			t.Errorf("%s: rule %q, score %v; want its own rule and %s", p.Name, d.Rule, d.OOMScoreAdj, selectorScore(i))
+// Each runtime's configuration is in testdata and names the pause image the
+// VM imports.
+func TestRuntimeConfigs(t *testing.T) {
+	for _, rt := range []Runtime{Containerd2, Containerd17, Containerd17Old, CRIO} {
+		b, err := runtimeConfigs.ReadFile("testdata/runtimes/" + rt.configBody)
+		if err != nil || !strings.Contains(string(b), PauseImage) {
+			t.Errorf("%s: %v, or no %s in it", rt.Component, err, PauseImage)
 		}
 	}
 }

@@ -37,7 +37,7 @@ resolvConf: ""
 // for rt's CRI; scripts start it with start_kubelet and add static pods with
 // add_pod. Pods are written with Pod.
 func WithKubelet(g *Guest, rt Runtime) error {
-	p, err := g.env.component("kubernetes", "kubelet")
+	p, err := g.env.Component("kubernetes", "kubelet")
 	if err != nil {
 		return err
 	}
@@ -77,10 +77,10 @@ type Pod struct {
 
 // File puts the pod's manifest at /pods/NAME.yaml in the VM, for add_pod.
 func (p Pod) File(g *Guest) {
-	g.File("/pods/"+p.Name+".yaml", []byte(p.manifest()), 0o644)
+	g.File("/pods/"+p.Name+".yaml", []byte(p.Manifest()), 0o644)
 }
 
-func (p Pod) manifest() string {
+func (p Pod) Manifest() string {
 	var b strings.Builder
 	ns := p.Namespace
 	if ns == "" {

@@ -1,0 +1,54 @@
+package glob
+
+import "testing"
+
+func TestCompile(t *testing.T) {
+	for _, tc := range []struct {
+		glob, s string
+		want    bool
+	}{
+		{"*", "", true},
+		{"*", "a/b:c", true},
+		{"registry.example.com/*", "registry.example.com/ml/base:v1", true},
+		{"registry.example.com/*", "registry.example.org/ml", false},
+		{"kube-?", "kube-a", true},
+		{"kube-?", "kube-ab", false},
+		{"team-[ab]", "team-b", true},
+		{"team-[!ab]", "team-b", false},
+		{"team-[!ab]", "team-c", true},
+		{"a.b", "axb", false},
+		{`a\*`, "a*", true},
+		{`a\*`, "ab", false},
+		{"[]]x", "]x", true},
+	} {
+		re, err := Compile(tc.glob)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.glob, err)
+		}
+		if got := re.MatchString(tc.s); got != tc.want {
+			t.Errorf("glob %q on %q = %v, want %v", tc.glob, tc.s, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"[", "a[b", `x\`, "[!]", "[z-a]"} {
+		if _, err := Compile(bad); err == nil {
+			t.Errorf("glob %q: want an error", bad)
+		}
+		if err := Check(bad); err == nil {
+			t.Errorf("Check(%q): want an error", bad)
+		}
+	}
+}
+
+// Check, which the configuration's validation runs, accepts exactly what
+// Compile, which the policy runs, compiles.
+func FuzzCheck(f *testing.F) {
+	for _, g := range []string{"*", "team-[!ab]", "[]]x", "[z-a]", `x\`, "a{2,1001}", "[[:alpha:]]"} {
+		f.Add(g)
+	}
+	f.Fuzz(func(t *testing.T, g string) {
+		_, cerr := Compile(g)
+		if err := Check(g); (err == nil) != (cerr == nil) {
+			t.Fatalf("glob %q: Check says %v, Compile %v", g, err, cerr)
+		}
+	})
+}

@@ -525,11 +525,12 @@ func TestE2EChartWebhookOnly(t *testing.T) {
 	}
 }
 
-// The README's table of the chart's values names every value values.yaml
-// has, down to the leaves the schema closes (free-form maps, such as
-// selectors, and a container's resources are one value).
+// The chart README's table of values (what `helm show readme` prints) names
+// every value values.yaml has, down to the leaves the schema closes
+// (free-form maps, such as selectors, and a container's resources are one
+// value).
 func TestE2EChartValuesDocumented(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(chart, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +565,7 @@ func TestE2EChartValuesDocumented(t *testing.T) {
 			continue
 		}
 		if !bytes.Contains(readme, []byte("| `"+l+"`")) && !bytes.Contains(readme, []byte(", `"+l+"`")) {
-			t.Errorf("the README's table of values lacks %s", l)
+			t.Errorf("%s: the table of values lacks %s", filepath.Join(chart, "README.md"), l)
 		}
 	}
 	if len(leaves) < 40 {

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -160,7 +161,17 @@ type NRI struct {
 	// containerd and CRI-O discard a launched plugin's output: a path,
 	// "syslog", or "stderr". Run otherwise, it logs to stderr.
 	LogFile string `toml:"log_file"`
+	// OnRuleRemoved is what a reload does to a running container whose
+	// values it no longer sets: "keep" leaves the values oomguard gave it,
+	// "restore" writes back the ones its spec had at creation.
+	OnRuleRemoved string `toml:"on_rule_removed"`
 }
+
+// What nri.on_rule_removed accepts.
+const (
+	OnRuleRemovedKeep    = "keep"
+	OnRuleRemovedRestore = "restore"
+)
 
 // Duration is a time.Duration written as "60s" in TOML.
 type Duration struct{ time.Duration }
@@ -190,6 +201,7 @@ func Default() *Config {
 			VerifyInterval: Duration{60 * time.Second},
 			ReloadInterval: Duration{10 * time.Second},
 			LogFile:        "syslog",
+			OnRuleRemoved:  OnRuleRemovedKeep,
 		},
 		Doctor:      Doctor{Daemons: slices.Clone(defaultDaemons), DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
 		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},
@@ -245,10 +257,21 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // MaxFileSize bounds a configuration file: a real one is a few KiB.
 const MaxFileSize = 1 << 20
 
-// Load reads and validates the file at path. It reads only a regular file,
-// without waiting on a FIFO or reading a device without end.
+// ErrEmpty is a configuration file with nothing in it. oomguard-nri never
+// puts one in force: it is what a file written in place (truncated, then
+// written) holds at first.
+var ErrEmpty = errors.New("empty: no configuration in it (a file being written?)")
+
+// Empty reports whether a configuration's text holds nothing but white space.
+func Empty(text []byte) bool { return len(bytes.TrimSpace(text)) == 0 }
+
+// Load reads and validates the file at path. It reads only a regular file
+// of data, without waiting on a FIFO, reading a device or a kernel
+// interface (/proc/kmsg) that never ends, or taking a read a write overlapped
+// (safeio.ReadData). An empty file is the defaults, as for the programs that
+// read it once.
 func Load(path string) (*Config, error) {
-	b, err := safeio.ReadFile(path, MaxFileSize)
+	b, err := read(path)
 	if err != nil {
 		return nil, &LoadError{Op: "read", Path: path, Err: err}
 	}
@@ -257,6 +280,18 @@ func Load(path string) (*Config, error) {
 		return nil, &LoadError{Op: "parse", Path: path, Strict: StrictIn(b), Err: err}
 	}
 	return c, nil
+}
+
+// read reads the file at path whole, as Load does; a read that a write
+// overlapped is tried again, twice.
+func read(path string) ([]byte, error) {
+	for try := 1; ; try++ {
+		b, _, err := safeio.ReadData(path, MaxFileSize)
+		if !errors.Is(err, safeio.ErrChanged) || try == 3 {
+			return b, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 var strictLine = regexp.MustCompile(`^\s*strict\s*=\s*true\s*(#.*)?$`)
@@ -331,6 +366,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.NRI.ReloadInterval.Duration; d < 0 || (d != 0 && d < 100*time.Millisecond) {
 		add("nri.reload_interval %s: want 0 (off) or at least 100ms", c.NRI.ReloadInterval)
+	}
+	if r := c.NRI.OnRuleRemoved; r != OnRuleRemovedKeep && r != OnRuleRemovedRestore {
+		add("nri.on_rule_removed %q: want %q or %q", r, OnRuleRemovedKeep, OnRuleRemovedRestore)
 	}
 	if !pluginIndex.MatchString(c.NRI.PluginIndex) {
 		add("nri.plugin_index %q: want two digits, 00 to 99 (NRI orders plugins by it)", c.NRI.PluginIndex)

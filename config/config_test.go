@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -39,6 +40,7 @@ func TestParseErrors(t *testing.T) {
 		{"plugin index letters", "[nri]\nplugin_index='abc'", []string{`nri.plugin_index "abc"`}},
 		{"plugin index three digits", "[nri]\nplugin_index='100'", []string{`nri.plugin_index "100"`}},
 		{"plugin name", "[nri]\nplugin_name='a b'", []string{`nri.plugin_name "a b"`}},
+		{"on rule removed", "[nri]\non_rule_removed='undo'", []string{`nri.on_rule_removed "undo": want "keep" or "restore"`}},
 		{"verify every nanosecond", "[nri]\nverify_interval='1ns'", []string{"nri.verify_interval 1ns", "at least 1s"}},
 		{"cgroup parent root", "[containment]\ncgroup_parents=['/']", []string{`containment.cgroup_parents "/"`}},
 		{"cgroup parent relative", "[containment]\ncgroup_parents=['machine.slice']", []string{`containment.cgroup_parents "machine.slice"`}},
@@ -90,6 +92,52 @@ func TestPath(t *testing.T) {
 	}
 	if p := Path("/flag.toml"); p != "/flag.toml" {
 		t.Fatalf("flag must win, Path = %q", p)
+	}
+}
+
+// What cannot be a configuration file is refused, naming it, without a
+// read that could block (the hook and every program read it with Load); an
+// empty file is the defaults for them.
+func TestLoadUnusable(t *testing.T) {
+	dir := t.TempDir()
+	at := func(name string, make func(string) error) string {
+		p := filepath.Join(dir, name)
+		if err := make(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kmsg := "/proc/kmsg"
+	if f, err := os.Open(kmsg); err == nil {
+		f.Close()
+	} else {
+		kmsg = "/proc/self/status"
+	}
+	for _, tc := range []struct{ name, path, want string }{
+		{"FIFO", at("fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }), "not a regular file (a FIFO)"},
+		{"directory", at("dir", func(p string) error { return os.Mkdir(p, 0o755) }), "not a regular file (a directory)"},
+		{"1 GiB", at("big", func(p string) error { return os.WriteFile(p, nil, 0o644) }), "too large"},
+		{"link to /dev/zero", at("zero", func(p string) error { return os.Symlink("/dev/zero", p) }), "not a regular file (a character device)"},
+		{"link to " + kmsg, at("kmsg", func(p string) error { return os.Symlink(kmsg, p) }), "on procfs"},
+	} {
+		if tc.name == "1 GiB" {
+			os.Truncate(tc.path, 1<<30)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := Load(tc.path); done <- err }()
+		select {
+		case err := <-done:
+			var le *LoadError
+			if !errors.As(err, &le) || le.Op != "read" || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want a read error naming the file and %q", tc.name, err, tc.want)
+			}
+		case <-time.After(20 * time.Second): // a bound on noticing a hang, not a benchmark
+			t.Fatalf("%s: Load blocks", tc.name)
+		}
+	}
+	empty := at("empty", func(p string) error { return os.WriteFile(p, nil, 0o644) })
+	if c, err := Load(empty); err != nil || len(c.Rules) != 0 || !Empty(nil) || !Empty([]byte(" \n\t")) || Empty([]byte("# a comment")) {
+		t.Fatalf("empty file: %+v %v", c, err)
 	}
 }
 

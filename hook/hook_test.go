@@ -599,10 +599,18 @@ func TestHookBadConfig(t *testing.T) {
 	os.WriteFile(invalid, []byte("[[rule]]\nname='x'\noom_score_adj=5000\n"), 0o644)
 	unreadable := filepath.Join(dir, "dir.toml")
 	os.MkdirAll(unreadable, 0o755)
+	kernel := filepath.Join(dir, "kmsg.toml") // a read of /proc/kmsg waits for the kernel's next message
+	if f, err := os.Open("/proc/kmsg"); err == nil {
+		f.Close()
+		os.Symlink("/proc/kmsg", kernel)
+	} else {
+		os.Symlink("/proc/self/status", kernel)
+	}
 
 	for _, tc := range []struct{ name, cfg, want string }{
 		{"invalid", invalid, "oom_score_adj 5000"},
 		{"unreadable", unreadable, "read config " + unreadable},
+		{"kernel interface", kernel, "on procfs"},
 		{"missing", filepath.Join(dir, "missing.toml"), "missing.toml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package nriplugin
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/execwatch"
@@ -10,7 +11,7 @@ import (
 
 // execSource is the kernel's process events (execwatch), or a test's.
 type execSource interface {
-	Read(pids []int) ([]int, error)
+	Read(evs []execwatch.Event) ([]execwatch.Event, error)
 	Close() error
 }
 
@@ -19,7 +20,10 @@ func openExecs() (execSource, error) { return execwatch.Open() }
 // watchExecs sets each process that execs in a guarded container to the
 // container's score at once: a process exec'd into it (kubectl exec, an exec
 // probe) starts at the score in its spec, which oomguard does not claim.
-// Without the kernel's process events (no CAP_NET_ADMIN, another network
+// What such a process forked before it was set took the spec's score too:
+// each fork of a process oomguard just set is set as well, down the tree,
+// so the gap is the events' delay, not the verifier's interval. Without
+// the kernel's process events (no CAP_NET_ADMIN, another network
 // namespace) the verifier still finds them.
 func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)) {
 	src, err := open()
@@ -28,9 +32,10 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 		return
 	}
 	go func() { <-ctx.Done(); src.Close() }()
-	var pids []int
+	set := newRecent(maxRecent, recentFor)
+	var evs []execwatch.Event
 	for ctx.Err() == nil {
-		pids, err = src.Read(pids[:0])
+		evs, err = src.Read(evs[:0])
 		switch {
 		case errors.Is(err, execwatch.ErrLost):
 			p.m.execLost.Inc()
@@ -40,36 +45,114 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 			}
 			return
 		}
-		for _, pid := range pids {
-			p.execd(pid)
+		now := time.Now()
+		for _, e := range evs {
+			if e.Parent == 0 {
+				if g := p.execd(e); g != nil {
+					set.add(e.Pid, g, now)
+				}
+			} else if g := set.get(e.Parent, now); g != nil && p.setProcess(g, e, "fork") {
+				set.add(e.Pid, g, now)
+			}
 		}
 	}
 }
 
-// execd sets pid to its container's score if its container is guarded.
-func (p *Plugin) execd(pid int) {
+// execd sets the process that exec'd to its container's score if its
+// container is guarded, and returns the container when it changed the
+// score: what the process forked before then has the spec's score too.
+func (p *Plugin) execd(e execwatch.Event) *guard {
 	n := p.node.Load()
-	cg, err := n.Cgroup(pid)
+	cg, err := n.Cgroup(e.Pid)
 	if err != nil {
-		return // gone already, or not a process this node's view shows
+		return nil // gone already, or not a process this node's view shows
 	}
 	g := p.guardOf(cg)
-	if g == nil || g.plan.Score == nil {
-		return
+	if g == nil || !p.setProcess(g, e, "exec") {
+		return nil
+	}
+	return g
+}
+
+// setProcess sets the event's process, one of g's container, to g's
+// score; it reports whether it changed it.
+func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
+	if g.plan.Score == nil || !p.current(g) {
+		return false
 	}
 	c, err := p.container(g, "exec")
 	if err != nil {
-		return
+		return false
 	}
+	pid := e.Pid
 	ch := c.Score(pid, *g.plan.Score)
 	switch {
 	case ch.What == enforce.Changed:
 		p.m.adjustments.WithLabelValues(enforce.SettingScore, "exec").Inc()
-		p.log.Debug("exec'd process set", g.attrs("pid", pid, enforce.SettingScore, ch.String())...)
+		attrs := g.attrs("pid", pid, enforce.SettingScore, ch.String())
+		if e.Time > 0 {
+			attrs = append(attrs, "after", execwatch.Now()-e.Time)
+		}
+		p.log.Debug(how+"'d process set", attrs...)
+		return true
 	case ch.Err != nil && ch.What != enforce.Refused && !enforce.IsGone(ch.Err):
 		p.m.errors.WithLabelValues("exec").Inc()
-		p.log.Warn("setting an exec'd process failed", g.attrs("pid", pid, "err", ch.Err)...)
+		p.log.Warn("setting an "+how+"'d process failed", g.attrs("pid", pid, "err", ch.Err)...)
 	}
+	return false
+}
+
+// Bounds on the processes whose forks are followed: set moments ago, and a
+// fork storm cannot grow the plugin.
+const (
+	maxRecent = 4096
+	recentFor = 10 * time.Second
+)
+
+// recent are the processes oomguard set moments ago, and their containers.
+type recent struct {
+	max   int
+	keep  time.Duration
+	procs map[int]recentProc
+}
+
+type recentProc struct {
+	g  *guard
+	at time.Time
+}
+
+func newRecent(max int, keep time.Duration) *recent {
+	return &recent{max: max, keep: keep, procs: map[int]recentProc{}}
+}
+
+func (r *recent) add(pid int, g *guard, now time.Time) {
+	if len(r.procs) >= r.max {
+		for p, rp := range r.procs {
+			if now.Sub(rp.at) > r.keep || len(r.procs) >= r.max {
+				delete(r.procs, p)
+			}
+		}
+	}
+	r.procs[pid] = recentProc{g, now}
+}
+
+func (r *recent) get(pid int, now time.Time) *guard {
+	rp, ok := r.procs[pid]
+	if !ok {
+		return nil
+	}
+	if now.Sub(rp.at) > r.keep {
+		delete(r.procs, pid)
+		return nil
+	}
+	return rp.g
+}
+
+// current reports whether g is still the plan in force for its container.
+func (p *Plugin) current(g *guard) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.guarded[g.id] == g
 }
 
 // guardOf finds the guarded container whose cgroup holds cg.
@@ -79,10 +162,5 @@ func (p *Plugin) guardOf(cg string) *guard {
 	if len(p.guarded) == 0 {
 		return nil
 	}
-	for _, id := range idsIn(cg) {
-		if g := p.guarded[id]; g != nil {
-			return g
-		}
-	}
-	return nil
+	return p.guarded[p.idAtLocked(cg)]
 }

@@ -32,12 +32,15 @@ type Metrics struct {
 	execLost     prometheus.Counter
 	kills        *prometheus.CounterVec
 	daemonKills  *prometheus.CounterVec
+	unattributed *prometheus.CounterVec
+	unreadParts  prometheus.Counter
 	kmsgLost     prometheus.Counter
 	killLag      prometheus.Histogram
 	predictions  *prometheus.CounterVec
 	configValid  prometheus.Gauge
 	configInfo   *prometheus.GaugeVec
 	reloads      *prometheus.CounterVec
+	fixedChanged prometheus.Gauge
 	restartWait  prometheus.Gauge
 	restarts     *prometheus.CounterVec
 	isConnected  atomic.Bool
@@ -52,7 +55,7 @@ func NewMetrics() *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_decisions_total",
 			Help: "Containers a rule or annotation changed, by rule."}, []string{"rule"}),
 		adjustments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_adjustments_total",
-			Help: "Values set, by setting and phase (start, synchronize, update, exec, verify)."}, []string{"setting", "phase"}),
+			Help: "Values set, by setting and phase (start, synchronize, update, exec, verify, reload)."}, []string{"setting", "phase"}),
 		rejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_annotation_rejections_total",
 			Help: "Pod annotations rejected and not applied."}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_drift_corrections_total",
@@ -76,6 +79,10 @@ func NewMetrics() *Metrics {
 			[]string{"namespace", "pod", "container", "kind"}),
 		daemonKills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_daemon_oom_kills_total",
 			Help: "OOM kills of processes outside every pod (node daemons: sshd, kubelet, the runtime, …), by kind."}, []string{"kind"}),
+		unreadParts: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_cgroup_parts_unread_total",
+			Help: "Parts of guarded containers' cgroup trees that could not be read (a path past PATH_MAX nested deeper than oomguard walks, a directory that cannot be opened): their processes were left as they were."}),
+		unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_oom_kills_unattributed_total",
+			Help: "OOM kills that could have been in more than one container (a record the kernel's rate limit dropped, names that read two ways, the process gone), by kind: the log names the candidates."}, []string{"kind"}),
 		kmsgLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_kernel_log_lost_total",
 			Help: "Times the kernel overwrote log records before they were read; OOM kills among them were not reported."}),
 		killLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "oomguard_oom_kill_report_delay_seconds",
@@ -84,12 +91,14 @@ func NewMetrics() *Metrics {
 			Help: "Global OOM kills by whether the kernel's victim was the doctor's model's first (predicted=true: no survivor outranked it by oom_badness; unknown: /proc could not be read)."},
 			[]string{"predicted"}),
 		configValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_config_valid",
-			Help: "1 when the configuration last read (file or runtime) validated and is in force; 0 when it did not: the last good one (or none) stays."}),
+			Help: "1 when the configuration last read (file or runtime) validated and is in force; 0 when it did not, or the file cannot be used (gone, empty, not a regular file, too large, a kernel interface): the last good one (or none) stays."}),
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_config_info",
 			Help: "1, labelled with the configuration in force: the first 12 hex digits of its SHA-256 (sha256sum of the file) and where it came from (file, runtime, default)."},
 			[]string{"hash", "source"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_config_reloads_total",
 			Help: "Changed configurations read after the start, by result (success, failure: the one in force stays)."}, []string{"result"}),
+		fixedChanged: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_config_restart_needed",
+			Help: "Settings the configuration in force changes that only a restart of the plugin applies (nri.*, log.level, log.format); the log names them. 0: none."}),
 		restartWait: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_runtime_restart_pending",
 			Help: "1 while the node's runtime must restart to read the NRI configuration oomguard wrote (new containers get kubelet's settings until then)."}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_runtime_restarts_total",
@@ -100,6 +109,7 @@ func NewMetrics() *Metrics {
 	buildInfo.WithLabelValues(version.Version, version.Commit).Set(1)
 	// Alerts need the series before the first kill.
 	m.daemonKills.WithLabelValues(KillNode)
+	m.unattributed.WithLabelValues(KillLimit)
 	m.predictions.WithLabelValues("true")
 	m.predictions.WithLabelValues("false")
 	for _, setting := range []string{enforce.SettingScore, enforce.SettingGroup} {
@@ -108,7 +118,7 @@ func NewMetrics() *Metrics {
 			m.adjustments.WithLabelValues(setting, phase)
 		}
 	}
-	for _, phase := range append([]string{"configure", "reload", "create", "oom"}, phases...) {
+	for _, phase := range append([]string{"configure", "create", "oom"}, phases...) {
 		m.errors.WithLabelValues(phase)
 		m.refusals.WithLabelValues(phase)
 	}
@@ -117,14 +127,14 @@ func NewMetrics() *Metrics {
 		m.restarts.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
-		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.kmsgLost, m.killLag, m.predictions,
-		m.configValid, m.configInfo, m.reloads, m.restartWait, m.restarts, buildInfo,
+		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.unattributed, m.unreadParts, m.kmsgLost, m.killLag, m.predictions,
+		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // phases are where the plugin sets values, its metrics' phase label.
-var phases = []string{"start", "synchronize", "update", "exec", "verify"}
+var phases = []string{"start", "synchronize", "update", "exec", "verify", "reload"}
 
 // configInForce records the configuration now in force (hash of its text,
 // its source) and whether the one last read was it.

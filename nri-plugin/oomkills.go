@@ -67,12 +67,15 @@ func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)
 	}
 	go func() { <-ctx.Done(); src.Close() }()
 	var parser kmsg.Parser
+	var book killBook
+	book.open(p.root)
 	for ctx.Err() == nil {
 		rec, err := src.Read()
 		switch {
 		case errors.Is(err, kmsg.ErrLost):
 			p.m.kmsgLost.Inc()
 			p.log.Warn("kernel log records were overwritten before oomguard read them; OOM kills among them are not reported (guarded containers' are still counted from memory.events)")
+			p.rebase(&book)
 			continue
 		case err != nil:
 			if ctx.Err() == nil {
@@ -80,71 +83,87 @@ func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)
 			}
 			return
 		}
-		if k, ok := parser.Feed(rec); ok {
-			p.reportKill(k)
+		if k, ok := parser.Feed(rec); ok && p.reportKill(k, &book) {
+			book.attributed++
 		}
 	}
 }
 
-// reportKill says whose process the kernel killed, and how. The kernel
-// rate-limits the record naming the cgroups (ten in five seconds) but not
-// the "Killed process" one: a kill without cgroups is found by the
-// container whose memory.events counted a kill not yet reported.
-func (p *Plugin) reportKill(k kmsg.Kill) {
-	kind := KillParent
-	var id string
-	var info ctrInfo
-	var known bool
-	if k.TaskMemcg != "" {
-		id, info, known = p.containerOf(k.TaskMemcg)
-	} else {
-		id, info, known = p.containerCounting()
-	}
-	switch {
-	case k.Global():
-		kind = KillNode
-	case k.OOMMemcg == "":
-		kind = KillLimit
-	case known && containerIDIn(k.OOMMemcg) == id:
-		kind = KillContainer
-	}
-	if known {
+// reportKill says whose process the kernel killed, and how (attribute.go
+// says from what); it reports whether it could tell. A kill that could be
+// in more than one container is reported unattributed, with them, and no
+// Event is sent for it.
+func (p *Plugin) reportKill(k kmsg.Kill, book *killBook) bool {
+	if k.Again { // the kernel counted the victim twice: so does the book
 		p.mu.Lock()
-		if c, ok := p.known[id]; ok {
+		defer p.mu.Unlock()
+		c, ok := p.known[book.victim]
+		if ok {
 			c.reported++
-			p.known[id] = c
+			p.known[book.victim] = c
+		}
+		return ok || book.victim == ""
+	}
+	a := p.attribute(k, book)
+	if a.member { // killed for the victim's OOM
+		k.Constraint, k.OOMMemcg, k.Readings = book.chosen.Constraint, book.chosen.OOMMemcg, book.chosen.Readings
+	} else {
+		book.victim, book.chosen = a.id, k
+		if a.unsure() {
+			book.victim = "?"
+		}
+	}
+	kind := p.killKind(k, a)
+	if a.known {
+		p.mu.Lock()
+		if c, ok := p.known[a.id]; ok {
+			c.reported++
+			p.known[a.id] = c
 		}
 		p.mu.Unlock()
 	}
 	attrs := []any{"pid", k.Pid, "command", escape.Terminal(k.Comm), "oom_score_adj", k.ScoreAdj, "rss_kb", k.RSSKiB,
-		"kind", kind, "cgroup", escape.Terminal(k.TaskMemcg), "kernel_time", k.Time.Round(time.Millisecond)}
+		"kind", kind, "cgroup", escape.Terminal(a.cgroup), "kernel_time", k.Time.Round(time.Millisecond)}
+	if a.by != "" {
+		attrs = append(attrs, "attributed_by", a.by)
+	}
 	if now := kmsg.Now(); now > 0 {
 		lag := max(0, now-k.Time) // the kernel's clock runs a hair ahead
 		p.m.killLag.Observe(lag.Seconds())
 		attrs = append(attrs, "reported_after", lag.Round(time.Millisecond))
 	}
 	switch {
-	case k.Group:
+	case a.member:
 		attrs = append(attrs, "oom_group_member", true)
 	case kind == KillNode:
 		attrs = append(attrs, p.predicted(k)...)
 	}
-	if !known {
+	if a.unsure() {
+		names := make([]string, len(a.candidates))
+		for i, c := range a.candidates {
+			names[i] = escape.Terminal(c.namespace + "/" + c.pod + "/" + c.name)
+		}
+		p.m.unattributed.WithLabelValues(kind).Inc()
+		p.log.Warn("OOM kill", append(attrs, "attributed", false, "candidates", strings.Join(names, ", "))...)
+		return false
+	}
+	if !a.known {
 		// Outside every pod: a cgroup not kubelet's, or, unnamed, a node
 		// OOM's victim no container counted.
-		daemon := k.TaskMemcg != "" && !strings.Contains(k.TaskMemcg, "kubepods") || k.TaskMemcg == "" && k.Global()
+		daemon := a.cgroup != "" && !strings.Contains(a.cgroup, "kubepods") || a.cgroup == "" && k.Global()
 		if daemon {
 			p.m.daemonKills.WithLabelValues(kind).Inc()
 		} else {
 			p.m.kills.WithLabelValues("", "", "", kind).Inc()
 		}
 		p.log.Warn("OOM kill", append(attrs, "node_daemon", daemon)...)
-		return
+		return true
 	}
+	info := a.info
 	p.m.kills.WithLabelValues(info.namespace, info.pod, info.name, kind).Inc()
 	attrs = append([]any{"pod", info.namespace + "/" + info.pod, "container", info.name}, attrs...)
 	p.mu.Lock()
-	g := p.guarded[id]
+	g := p.guarded[a.id]
 	p.mu.Unlock()
 	if g != nil && g.plan.Group != nil && !*g.plan.Group {
 		attrs = append(attrs, "container_kept_running", true)
@@ -156,6 +175,30 @@ func (p *Plugin) reportKill(k kmsg.Kill) {
 	if g != nil && kind == KillContainer {
 		p.logLargest(g)
 	}
+	return true
+}
+
+// killKind is which limit the kill met: the node's, the container's own
+// (its cgroup or a cgroup below it), one above it (the pod's), or a limit
+// the kernel did not name.
+func (p *Plugin) killKind(k kmsg.Kill, a attribution) string {
+	oom := k.OOMMemcg
+	if a.cgroup != "" {
+		for _, r := range k.Readings { // the reading of the victim's cgroup
+			if r.Task == a.cgroup {
+				oom = r.OOM
+			}
+		}
+	}
+	switch {
+	case k.Global():
+		return KillNode
+	case oom == "":
+		return KillLimit
+	case a.known && p.idAt(oom) == a.id:
+		return KillContainer
+	}
+	return KillParent
 }
 
 // predicted compares a global OOM's victim with the doctor's model (the
@@ -216,11 +259,12 @@ func (p *Plugin) logLargest(g *guard) {
 	p.log.Info("largest processes after the OOM kill", g.attrs("processes", b.String())...)
 }
 
-// containerCounting is the container whose memory.events counts more OOM
-// kills than were reported in it since the plugin first looked.
-func (p *Plugin) containerCounting() (string, ctrInfo, bool) {
+// rebase starts the books anew after the kernel overwrote records: the
+// kills among them can never be reported.
+func (p *Plugin) rebase(book *killBook) {
+	book.open(p.root)
 	p.mu.Lock()
-	ids := make([]string, 0, len(p.known))
+	var ids []string
 	for id, c := range p.known {
 		if c.counted {
 			ids = append(ids, id)
@@ -230,13 +274,12 @@ func (p *Plugin) containerCounting() (string, ctrInfo, bool) {
 	for _, id := range ids {
 		n, ok := p.oomKillCount(id)
 		p.mu.Lock()
-		c, still := p.known[id]
-		p.mu.Unlock()
-		if ok && still && n > c.base+c.reported {
-			return id, c, true
+		if c, still := p.known[id]; ok && still {
+			c.base, c.reported = n, 0
+			p.known[id] = c
 		}
+		p.mu.Unlock()
 	}
-	return "", ctrInfo{}, false
 }
 
 // countFrom records the container's memory.events oom_kill as its baseline,
@@ -254,7 +297,7 @@ func (p *Plugin) countFrom(id string) {
 	p.mu.Unlock()
 }
 
-// oomKillCount reads the container's memory.events oom_kill (cgroup v2).
+// oomKillCount is the kills the kernel counted in the container (v1 and v2).
 func (p *Plugin) oomKillCount(id string) (uint64, bool) {
 	p.mu.Lock()
 	c, ok := p.known[id]
@@ -266,55 +309,18 @@ func (p *Plugin) oomKillCount(id string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	ev, err := ctr.MemoryEvents()
-	if err != nil {
-		return 0, false
-	}
-	return ev["oom_kill"], true
+	n, err := ctr.OOMKills()
+	return n, err == nil
 }
 
 // containerOf is the container whose cgroup holds cg, among those the
-// runtime told of.
+// runtime told of (idAtLocked).
 func (p *Plugin) containerOf(cg string) (string, ctrInfo, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range idsIn(cg) {
-		if info, ok := p.known[id]; ok {
-			return id, info, true
-		}
-	}
-	return "", ctrInfo{}, false
-}
-
-// containerIDIn is the container ID the last element of cg names, if any.
-func containerIDIn(cg string) string {
-	i := strings.LastIndexByte(cg, '/')
-	return trimRuntime(cg[i+1:])
-}
-
-// idsIn lists what each element of cg would be as a container ID, the
-// deepest first: kubelet's and the runtimes' cgroup names end in the
-// container's ID ("ID", "cri-containerd-ID.scope", "crio-ID"), and its
-// processes may be below it.
-func idsIn(cg string) []string {
-	var out []string
-	for cg != "" && cg != "/" {
-		i := strings.LastIndexByte(cg, '/')
-		out = append(out, trimRuntime(cg[i+1:]))
-		if i < 0 {
-			break
-		}
-		cg = cg[:i]
-	}
-	return out
-}
-
-func trimRuntime(base string) string {
-	base = strings.TrimSuffix(base, ".scope")
-	for _, pre := range []string{"cri-containerd-", "crio-", "docker-", "libpod-"} {
-		base = strings.TrimPrefix(base, pre)
-	}
-	return base
+	id := p.idAtLocked(cg)
+	info, ok := p.known[id]
+	return id, info, ok
 }
 
 // forget drops a removed container's series: labels by container keep the

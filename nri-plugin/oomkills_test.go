@@ -21,16 +21,23 @@ import (
 
 func noKmsg() (kmsgSource, error) { return nil, errors.New("not in tests") }
 
-// fakeKmsg hands out records, then ends.
+// fakeKmsg hands out records, then ends; before[i] runs before the i-th
+// is read (the kernel counting its kills as it logs them).
 type fakeKmsg struct {
-	recs []string
-	errs []error
+	recs   []string
+	errs   []error
+	before map[int]func()
+	n      int
 }
 
 func (f *fakeKmsg) Read() (kmsg.Record, error) {
 	if len(f.recs) == 0 {
 		return kmsg.Record{}, errors.New("closed")
 	}
+	if do := f.before[f.n]; do != nil {
+		do()
+	}
+	f.n++
 	s, err := f.recs[0], f.errs[0]
 	f.recs, f.errs = f.recs[1:], f.errs[1:]
 	if err != nil {
@@ -46,8 +53,12 @@ func kill(seq int, constraint, oomMemcg, taskMemcg, comm string, pid, score int)
 	if constraint == "CONSTRAINT_NONE" {
 		prefix = "Out of memory"
 	}
+	memcg := ",oom_memcg=" + oomMemcg
+	if constraint == "CONSTRAINT_NONE" {
+		memcg = ",global_oom"
+	}
 	return []string{
-		fmt.Sprintf("6,%d,1000,-;oom-kill:constraint=%s,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=%s,task_memcg=%s,task=%s,pid=%d,uid=0", seq, constraint, oomMemcg, taskMemcg, comm, pid),
+		fmt.Sprintf("6,%d,1000,-;oom-kill:constraint=%s,nodemask=(null),cpuset=x,mems_allowed=0%s,task_memcg=%s,task=%s,pid=%d,uid=0", seq, constraint, memcg, taskMemcg, comm, pid),
 		fmt.Sprintf("3,%d,1001,-;%s: Killed process %d (%s) total-vm:1000kB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:%d", seq+1, prefix, pid, comm, score),
 	}
 }
@@ -90,17 +101,25 @@ func TestKillsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The sidecar's memory.events when it started, and after a kill whose
-	// oom-kill record the kernel's rate limit dropped.
+	// The sidecar's memory.events when it started; the node's count of
+	// kills (/proc/vmstat) as the plugin starts, then as the kernel logs them.
 	memEvents := filepath.Join(root, "sys/fs/cgroup", cgOther, "memory.events")
 	if err := os.WriteFile(memEvents, []byte("oom 3\noom_kill 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	vmstat := func(n int) func() {
+		return func() {
+			os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "pgfault 9\noom_kill %d\n", n), 0o644)
+		}
+	}
+	vmstat(40)()
 	if err := p.StartContainer(context.Background(), pod, other); err != nil {
 		t.Fatal(err)
 	}
-	// Four kills since: three the kernel names (1002, 1008, 1007 below), one it does not.
-	if err := os.WriteFile(memEvents, []byte("oom 7\noom_kill 7\n"), 0o644); err != nil {
+	// Five kills since in the sidecar: 1002, 1008, 1007, 1008 again (the
+	// kernel counts the victim twice when it kills its group) named, one
+	// (1003) not.
+	if err := os.WriteFile(memEvents, []byte("oom 8\noom_kill 8\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var recs []string
@@ -112,27 +131,30 @@ func TestKillsReported(t *testing.T) {
 	recs = append(recs, kill(7, "CONSTRAINT_NONE", "", cgOther, "app2", 1008, -997)...)
 	recs = append(recs, "6,8,1002,-;Tasks in "+cgOther+" are going to be killed due to memory.oom.group set", kill(0, "", "", "", "worker2", 1007, -997)[1],
 		kill(0, "", "", "", "app2", 1008, -997)[1])
-	// Later, Killed process lines alone: a container counted one, none the other.
+	// Later, Killed process lines alone: one the sidecar counted (the
+	// node's count is its), then one outside every pod (the node's count
+	// holds it, no container's does).
 	later := func(r string) string { return strings.Replace(r, ",1001,-;", ",3000000,-;", 1) }
 	recs = append(recs, later(kill(9, "CONSTRAINT_MEMCG", "", "", "rate-limited", 1003, -997)[1]), later(kill(11, "CONSTRAINT_MEMCG", "", "", "another", 1004, -997)[1]))
 	errs := make([]error, len(recs))
 	recs, errs = append(recs, ""), append(errs, kmsg.ErrLost)
-	p.watchKills(context.Background(), func() (kmsgSource, error) { return &fakeKmsg{recs: recs, errs: errs}, nil })
+	src := &fakeKmsg{recs: recs, errs: errs, before: map[int]func(){0: vmstat(48), len(recs) - 2: vmstat(49)}}
+	p.watchKills(context.Background(), func() (kmsgSource, error) { return src, nil })
 
 	out := logs.String()
 	for _, want := range []string{
 		`msg="OOM kill" pod=ml/pod-1 container=main pid=1001 command=python3 oom_score_adj=900 rss_kb=520 kind=container`,
 		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1002 command=app oom_score_adj=-997 rss_kb=520 kind=parent`,
 		`msg="OOM kill" pid=77 command=sshd oom_score_adj=0 rss_kb=520 kind=node cgroup=/system.slice/sshd.service`,
-		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1003 command=rate-limited oom_score_adj=-997 rss_kb=520 kind=limit cgroup=""`,
-		`msg="OOM kill" pid=1004 command=another oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=3s reported_after=`,
+		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1003 command=rate-limited oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=3s attributed_by=counters`,
+		`msg="OOM kill" pid=1004 command=another oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=3s attributed_by=counters reported_after=`,
 		`node_daemon=true`,
 		// The doctor's model: the worker at 500 outranked sshd at 0, whom the kernel
 		// killed; the process at 900 outranked every survivor.
 		`model_predicted=false model_first=worker[1005] model_first_oom_score_adj=500 model_first_kb=4096 node_daemon=true`,
-		`command=\x1b[31mevil oom_score_adj=900 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-main.scope kernel_time=1ms reported_after=`,
+		`command=\x1b[31mevil oom_score_adj=900 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-main.scope kernel_time=1ms attributed_by=record reported_after=`,
 		`model_predicted=true container_kept_running=true`,
-		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1007 command=worker2 oom_score_adj=-997 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-sidecar.scope kernel_time=1ms reported_after=`,
+		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1007 command=worker2 oom_score_adj=-997 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-sidecar.scope kernel_time=1ms attributed_by=counters reported_after=`,
 		`msg="largest processes after the OOM kill" pod=ml/pod-1 container=main rule=init-as-pid1 processes="1001 init 2048kB oom_score_adj -997"`,
 		`container_kept_running=true`,
 		`msg="kernel log records were overwritten`,

@@ -27,6 +27,7 @@ import (
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/facts/nrifacts"
+	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/policy"
 )
 
@@ -50,6 +51,9 @@ type Plugin struct {
 	mu      sync.Mutex
 	guarded map[string]*guard  // by container ID
 	known   map[string]ctrInfo // every container the runtime told of, by ID
+	// byCgroup is each known container's own cgroup (containers.go).
+	byCgroup map[string]string
+	decided  map[string]decided // what each was decided on, for a reload's rules (rematch.go)
 
 	background sync.WaitGroup // Synchronize's fixes, after its reply
 	execs      func() (execSource, error)
@@ -63,6 +67,7 @@ type Plugin struct {
 type guard struct {
 	id, namespace, pod, name string
 	plan                     enforce.Plan
+	pol                      *policy.Policy // that decided plan; under Plugin.mu once in guarded
 
 	// under Plugin.mu
 	cgroupsPath string // from the OCI spec, else the cgroup its pid was first found in
@@ -107,7 +112,7 @@ func New(o Options) *Plugin {
 	o.Config = cmp.Or(o.Config, config.Default())
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
-	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{},
+	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, byCgroup: map[string]string{},
 		execs: openExecs, kmsg: openKmsg, events: o.Events}
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
@@ -225,6 +230,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	p.mu.Lock()
 	p.guarded, p.known = fresh, known
+	p.reindexLocked()
 	p.mu.Unlock()
 	p.m.setConnected(true)
 	// The runtime drops a plugin that answers late (CRI-O and containerd
@@ -350,6 +356,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	delete(p.guarded, ctr.GetId())
 	info, ok := p.known[ctr.GetId()]
 	delete(p.known, ctr.GetId())
+	p.unindexLocked(ctr.GetId(), info)
 	p.mu.Unlock()
 	if ok {
 		p.m.forget(info)
@@ -359,8 +366,10 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 
 // learn records the container's names, for the OOM kills in it.
 func (p *Plugin) learn(pod *api.PodSandbox, ctr *api.Container) {
+	info := newCtrInfo(pod, ctr)
 	p.mu.Lock()
-	p.known[ctr.GetId()] = newCtrInfo(pod, ctr)
+	p.known[ctr.GetId()] = info
+	p.indexLocked(ctr.GetId(), info)
 	p.mu.Unlock()
 }
 
@@ -398,7 +407,9 @@ func (p *Plugin) failOpen(phase string, err *error) {
 // container to guard; nil when the plan changes nothing.
 func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *guard {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
-	dec := p.pol.Load().Decide(&f)
+	pol := p.pol.Load()
+	p.remember(ctr, f, pol)
+	dec := pol.Decide(&f)
 	ids := []any{"pod", f.Namespace + "/" + f.Pod, "container", f.Container}
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()
@@ -418,7 +429,7 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *
 	}
 	return &guard{
 		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
-		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), plan: plan,
+		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), plan: plan, pol: pol,
 	}
 }
 
@@ -449,6 +460,11 @@ func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
 func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) (int, error) {
 	changed, errs := c.Scores(*g.plan.Score)
 	for _, err := range errs {
+		if unread := (*kernel.UnreadError)(nil); errors.As(err, &unread) {
+			p.m.unreadParts.Add(float64(unread.Parts))
+			p.log.Warn("part of the container's cgroup tree could not be read; the processes there were left as they are", g.attrs("parts", unread.Parts, "err", err)...)
+			continue
+		}
 		p.m.errors.WithLabelValues(phase).Inc()
 		p.log.Warn("setting oom_score_adj failed", g.attrs("cgroup", c.Cgroup(), "err", err)...)
 	}

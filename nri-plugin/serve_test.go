@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/execwatch"
 	"github.com/oomguard/oomguard/internal/kmsg"
 	"github.com/oomguard/oomguard/internal/podevents"
 	"github.com/oomguard/oomguard/internal/restartstate"
@@ -61,7 +62,7 @@ func (b *blockingSource) isClosed() bool {
 
 type blockingExecs struct{ *blockingSource }
 
-func (b blockingExecs) Read([]int) ([]int, error) { return nil, b.wait() }
+func (b blockingExecs) Read([]execwatch.Event) ([]execwatch.Event, error) { return nil, b.wait() }
 
 type blockingKmsg struct{ *blockingSource }
 

@@ -47,6 +47,9 @@ func (p *Plugin) verifyAll() {
 // verify corrects one container's group flag and scores, and counts the OOM
 // kills the kernel reports in its cgroup.
 func (p *Plugin) verify(g *guard, phase string) {
+	if !p.current(g) { // a reload replaced or dropped it: its plan is not in force
+		return
+	}
 	c, err := p.container(g, phase)
 	if errors.Is(err, enforce.ErrNotContained) {
 		return

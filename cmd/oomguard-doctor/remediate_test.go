@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,4 +129,84 @@ func TestRemediateTransaction(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("remediate waits on a FIFO")
 	}
+}
+
+// remediate writes nothing outside --root, whatever links the tree holds:
+// a sysctl or a directory above it linked out (absolutely or relatively) is
+// refused, saying so; a linked /etc or record directory is followed only
+// below the root; the files outside are as they were.
+func TestRemediateStaysBelowRoot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		links map[string]string // a path below root → its link's target; "O" is the outside directory
+		want  string            // what the refusal says
+	}{
+		{"a sysctl linked out", map[string]string{"proc/sys/vm/oom_dump_tasks": "O/proc/sys/vm/oom_dump_tasks"}, "/proc/sys/vm/oom_dump_tasks is a link"},
+		{"a sysctl linked out relatively", map[string]string{"proc/sys/vm/oom_dump_tasks": "../../../../o/proc/sys/vm/oom_dump_tasks"}, "/proc/sys/vm/oom_dump_tasks is a link"},
+		{"a sysctl directory linked out", map[string]string{"proc/sys/vm": "O/proc/sys/vm"}, "/proc/sys/vm is a link"},
+		{"/proc linked out", map[string]string{"proc": "../o/proc"}, "/proc is a link"},
+		{"sysctl.d linked out", map[string]string{"etc/sysctl.d": "O/etc/sysctl.d"}, "is reached through a link"},
+		{"sysctl.d linked out relatively", map[string]string{"etc/sysctl.d": "../../o/etc/sysctl.d"}, "is reached through a link"},
+		{"the record's directory linked out", map[string]string{"etc/oomguard": "O/etc/oomguard"}, "is reached through a link"},
+		{"/etc linked out relatively", map[string]string{"etc": "../o/etc"}, "is reached through a link"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			root, outside := filepath.Join(base, "r"), filepath.Join(base, "o")
+			node := map[string]string{"proc/sys/vm/oom_dump_tasks": "1\n", "proc/sys/kernel/printk": "7\t4\t1\t7\n",
+				"etc/sysctl.d/10-node.conf": "kernel.panic = 10\n", "etc/oomguard/keep": "the operator's\n"}
+			for _, dir := range []string{root, outside} {
+				for p, c := range node {
+					os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+					os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644)
+				}
+			}
+			for p, target := range tc.links {
+				os.RemoveAll(filepath.Join(root, p))
+				if err := os.Symlink(strings.Replace(target, "O", outside, 1), filepath.Join(root, p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := tree(t, outside)
+			cfg := filepath.Join(t.TempDir(), "c.toml")
+			os.WriteFile(cfg, []byte("[doctor]\nconsole_fix = [\"oom_dump_tasks\", \"printk\"]\n"), 0o644)
+			var out, errb bytes.Buffer
+			code := run([]string{"remediate", "--root", root, "--config", cfg}, &out, &errb)
+			if after := tree(t, outside); !maps.Equal(after, before) {
+				t.Fatalf("remediate wrote outside its root (exit %d):\nbefore %v\nafter  %v\n%s%s", code, before, after, out.String(), errb.String())
+			}
+			if code == 0 || !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("exit %d, want a refusal saying %q:\n%s%s", code, tc.want, out.String(), errb.String())
+			}
+			var undo bytes.Buffer
+			run([]string{"remediate", "--root", root, "--undo"}, &undo, &undo)
+			if after := tree(t, outside); !maps.Equal(after, before) {
+				t.Fatalf("--undo changed what is outside its root:\nbefore %v\nafter  %v\n%s", before, after, undo.String())
+			}
+		})
+	}
+}
+
+// tree is every file and link below dir, with its content or target.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			m[rel] = "-> " + l
+		case d.IsDir():
+			m[rel] = "dir"
+		default:
+			b, _ := os.ReadFile(p)
+			m[rel] = string(b)
+		}
+		return nil
+	})
+	return m
 }

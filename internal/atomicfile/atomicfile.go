@@ -3,10 +3,16 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Write replaces path in one rename so a runtime never reads half a file.
@@ -54,6 +60,70 @@ func write(path string, data []byte, mode os.FileMode, uid, gid int) error {
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("install %s: %w", path, err)
+	}
+	return nil
+}
+
+// WriteIn is Write of the file name in the directory dir (a handle; O_PATH
+// will do): made and renamed there, following no link, so that what it
+// changes is in dir whatever links a path to it holds.
+func WriteIn(dir *os.File, name string, data []byte, mode os.FileMode) error {
+	return writeIn(dir, name, data, mode, -1, -1)
+}
+
+// WriteLikeIn is WriteIn with the mode and owner of like.
+func WriteLikeIn(dir *os.File, name string, data []byte, like os.FileInfo) error {
+	uid, gid := -1, -1
+	if st, ok := like.Sys().(*syscall.Stat_t); ok {
+		uid, gid = int(st.Uid), int(st.Gid)
+	}
+	return writeIn(dir, name, data, like.Mode().Perm(), uid, gid)
+}
+
+func writeIn(dir *os.File, name string, data []byte, mode os.FileMode, uid, gid int) (err error) {
+	path := filepath.Join(dir.Name(), name)
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("write %s: %q is not a file's name", path, name)
+	}
+	dirfd := int(dir.Fd())
+	var tmp string
+	var fd int
+	for try := 0; ; try++ {
+		tmp = "." + name + "." + strconv.FormatUint(uint64(rand.Uint32()), 10)
+		fd, err = unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EEXIST) || try == 100 {
+			return fmt.Errorf("write %s: %w", path, &os.PathError{Op: "create", Path: filepath.Join(dir.Name(), tmp), Err: err})
+		}
+	}
+	tmpf := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), tmp))
+	defer func() {
+		if err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	// Mode and owner before the content: a secret is never readable by more.
+	if err := tmpf.Chmod(mode); err != nil {
+		tmpf.Close()
+		return fmt.Errorf("chmod %s: %w", tmpf.Name(), err)
+	}
+	if uid >= 0 {
+		if err := tmpf.Chown(uid, gid); err != nil {
+			tmpf.Close()
+			return fmt.Errorf("chown %s: %w", tmpf.Name(), err)
+		}
+	}
+	if _, err := tmpf.Write(data); err != nil {
+		tmpf.Close()
+		return fmt.Errorf("write %s: %w", tmpf.Name(), err)
+	}
+	if err := tmpf.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmpf.Name(), err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		return fmt.Errorf("install %s: %w", path, &os.LinkError{Op: "rename", Old: tmpf.Name(), New: path, Err: err})
 	}
 	return nil
 }

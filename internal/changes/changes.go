@@ -10,10 +10,13 @@
 //
 // A Set is a transaction: each change is recorded on the node before it is
 // made, and Rollback (deferred by the caller) undoes every change made since
-// Open, and restores the record, unless Commit came first. Paths are the
-// node's: links are followed as the node would follow them, never above the
-// root, and a file reached through a link that leads out of what the root
-// shows is refused, not created.
+// Open, restores the record and removes the directories it created, unless
+// Commit came first. Paths are the node's: links are followed as the node
+// would follow them, never above the root, and a file reached through a link
+// that leads out of what the root shows is refused, not created. Every read
+// and write acts on a name in a directory opened below the root, never
+// following a link at that name, so that a link swapped in meanwhile leads
+// no further than the root either.
 package changes
 
 import (
@@ -28,9 +31,6 @@ import (
 	"slices"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
-
-	"github.com/oomguard/oomguard/internal/atomicfile"
-	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // Record is what a Set did to the node, kept as JSON on the node.
@@ -63,7 +63,8 @@ type Set struct {
 	found  bool   // the record existed
 	before []byte // the record as Open found it, for Rollback
 	undo   []func() error
-	done   bool // committed or rolled back
+	made   []string // directories this run created, in order, for Rollback
+	done   bool     // committed or rolled back
 	// changed is whether something on the node was (or, dry, would be) changed.
 	changed bool
 }
@@ -72,11 +73,7 @@ type Set struct {
 // starts an empty one; dryRun reports what would change without changing it.
 func Open(root, recordPath string, dryRun bool, out io.Writer) (*Set, error) {
 	s := &Set{root: root, record: recordPath, dryRun: dryRun, out: out}
-	p, err := s.Host(recordPath)
-	if err != nil {
-		return nil, err
-	}
-	b, err := safeio.ReadFile(p, maxRecord)
+	b, err := s.ReadFile(recordPath, maxRecord)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return s, nil
@@ -117,22 +114,19 @@ func (s *Set) Linked(p string) (string, bool, error) {
 
 // ReadFile reads the node's file p, following links below the root, up to
 // limit bytes, refusing anything but a regular file and never blocking.
-func (s *Set) ReadFile(p string, limit int64) ([]byte, error) {
-	h, err := s.Host(p)
-	if err != nil {
-		return nil, err
-	}
-	return safeio.ReadFile(h, limit)
+func (s *Set) ReadFile(p string, limit int64) (b []byte, err error) {
+	err = s.with(p, true, func(pl *place) error { b, err = pl.read(limit); return err })
+	return b, err
 }
 
 // Exists reports whether p exists on the node.
 func (s *Set) Exists(p string) bool {
-	h, err := s.Host(p)
+	f, err := securejoin.OpenInRoot(s.root, p)
 	if err != nil {
 		return false
 	}
-	_, err = os.Stat(h)
-	return err == nil
+	f.Close()
+	return true
 }
 
 // Changed reports whether anything on the node was (or would be) changed.
@@ -169,24 +163,39 @@ func (s *Set) persist() error {
 	if s.dryRun {
 		return nil
 	}
-	p, err := s.Host(s.record)
-	if err != nil {
-		return err
-	}
 	if s.Empty() {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return s.removeRecord()
+	}
+	missing, err := s.missing(s.record)
+	if err != nil {
+		return fmt.Errorf("write oomguard's record of its changes %s: %w", s.record, err)
+	}
+	for _, d := range missing { // the record's own, removed with it
+		s.addDir(d)
+		if err := s.mkdir(d); err != nil {
 			return err
 		}
-		return nil
-	}
-	if d := filepath.Dir(s.record); !s.Exists(d) && !slices.Contains(s.rec.Dirs, d) {
-		s.rec.Dirs = append(s.rec.Dirs, d) // the record's own, removed with it
 	}
 	b, err := json.MarshalIndent(s.rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(p, append(b, '\n'), 0o600)
+	return s.writeRecord(append(b, '\n'))
+}
+
+func (s *Set) writeRecord(b []byte) error {
+	if err := s.with(s.record, true, func(pl *place) error { return pl.write(b, 0o600) }); err != nil {
+		return fmt.Errorf("write oomguard's record of its changes %s: %w", s.record, err)
+	}
+	return nil
+}
+
+func (s *Set) removeRecord() error {
+	err := s.with(s.record, true, (*place).remove)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove oomguard's record of its changes %s: %w", s.record, err)
+	}
+	return nil
 }
 
 // Commit ends the transaction: what was changed stays, with its record.
@@ -198,8 +207,10 @@ func (s *Set) Commit() error {
 	return s.persist()
 }
 
-// Rollback undoes every change made since Open, newest first, and puts the
-// record back as Open found it; after Commit it does nothing. Callers defer it.
+// Rollback undoes every change made since Open, newest first, puts the
+// record back as Open found it and removes the directories the run created
+// (the record's own among them) that are empty: the node is as it was.
+// After Commit it does nothing. Callers defer it.
 func (s *Set) Rollback() error {
 	if s.done || s.dryRun {
 		return nil
@@ -209,16 +220,16 @@ func (s *Set) Rollback() error {
 	for i := len(s.undo) - 1; i >= 0; i-- {
 		errs = append(errs, s.undo[i]())
 	}
-	if len(s.undo) > 0 {
+	if len(s.undo) > 0 || len(s.made) > 0 {
 		fmt.Fprintln(s.out, "rolled back what this run changed")
 	}
-	p, err := s.Host(s.record)
-	if err == nil && s.found {
-		err = atomicfile.Write(p, s.before, 0o600)
-	} else if err == nil {
-		if err = os.Remove(p); errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
+	if s.found {
+		errs = append(errs, s.writeRecord(s.before))
+	} else {
+		errs = append(errs, s.removeRecord())
 	}
-	return errors.Join(append(errs, err)...)
+	for _, d := range slices.Backward(s.made) {
+		s.with(d, false, func(pl *place) error { pl.rmdir(); return nil }) // one that holds someone else's file now stays
+	}
+	return errors.Join(errs...)
 }

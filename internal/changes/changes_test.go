@@ -1,6 +1,7 @@
 package changes
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,6 +216,87 @@ func TestWriteFileKeepsTheNodesFiles(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(root, "/etc/oomguard/config.toml"+BackupExt)); err == nil {
 				t.Fatal("the backup is left")
+			}
+		})
+	}
+}
+
+// A rolled-back Set leaves the node as it found it, directories included:
+// those it created (its record's own among them) are removed, those that
+// were there before and those someone else put a file in are kept.
+func TestRollbackLeavesDirectories(t *testing.T) {
+	vals := map[string]string{"vm.x": "1"}
+	for _, tc := range []struct {
+		name   string
+		before map[string]string  // files on the node before
+		prior  func(s *Set) error // an earlier run, committed
+		run    func(t *testing.T, root string, s *Set) error
+		keep   string // a directory someone else's file keeps
+	}{
+		{name: "nested new directories", run: func(t *testing.T, root string, s *Set) error {
+			return s.WriteFile("/etc/a/b/c/x.conf", []byte("ours\n"), 0o644)
+		}},
+		{name: "a directory that was there", before: map[string]string{"/etc/d/theirs.conf": "theirs\n"}, run: func(t *testing.T, root string, s *Set) error {
+			return s.WriteFile("/etc/d/x.conf", []byte("ours\n"), 0o644)
+		}},
+		{name: "the record's directory", run: func(t *testing.T, root string, s *Set) error {
+			return s.SetValue(value("vm.x", vals), "0")
+		}},
+		{name: "the record's directory, there before", before: map[string]string{"/etc/oomguard/config.toml": "x = 1\n"}, run: func(t *testing.T, root string, s *Set) error {
+			return s.SetValue(value("vm.x", vals), "0")
+		}},
+		{name: "a link in new directories", run: func(t *testing.T, root string, s *Set) error {
+			return s.Symlink("/opt/oomguard/bin/hook", "/usr/bin/true")
+		}},
+		{name: "a modified file", before: map[string]string{"/etc/main.conf": "original\n"}, run: func(t *testing.T, root string, s *Set) error {
+			return s.Modify("/etc/main.conf", []byte("changed\n"), ".bak", "edited")
+		}},
+		{name: "after a committed run", prior: func(s *Set) error { return s.WriteFile("/etc/a/x.conf", []byte("ours\n"), 0o644) },
+			run: func(t *testing.T, root string, s *Set) error {
+				return s.WriteFile("/etc/b/c/y.conf", []byte("ours\n"), 0o644)
+			}},
+		{name: "someone else's file in a new directory", keep: "/etc/a/theirs.conf", run: func(t *testing.T, root string, s *Set) error {
+			err := s.WriteFile("/etc/a/b/x.conf", []byte("ours\n"), 0o644)
+			write(t, root, "/etc/a/theirs.conf", "theirs\n")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, c := range tc.before {
+				write(t, root, p, c)
+			}
+			if tc.prior != nil {
+				s, _ := open(t, root, false)
+				if err := tc.prior(s); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := files(t, root)
+			s, out := open(t, root, false)
+			if err := tc.run(t, root, s); err != nil {
+				t.Fatal(err)
+			}
+			if !s.Changed() {
+				t.Fatalf("the run changed nothing:\n%s", out)
+			}
+			if err := s.Rollback(); err != nil {
+				t.Fatalf("rollback: %v\n%s", err, out)
+			}
+			after := files(t, root)
+			if tc.keep != "" {
+				if !strings.HasSuffix(after[tc.keep], " theirs\n") {
+					t.Fatalf("rollback removed someone else's %s:\n%s", tc.keep, out)
+				}
+				for p := tc.keep; p != "/"; p = filepath.Dir(p) {
+					before[p] = after[p]
+				}
+			}
+			if !maps.Equal(after, before) {
+				t.Fatalf("rolled back, the node is not as it was:\nbefore %v\nafter  %v\n%s", before, after, out)
 			}
 		})
 	}

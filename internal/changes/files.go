@@ -8,37 +8,66 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/oomguard/oomguard/internal/atomicfile"
-	"github.com/oomguard/oomguard/internal/safeio"
 )
 
-// mkdirs creates the directories leading to the node's file p that do not
-// exist, recording each.
-func (s *Set) mkdirs(p string) error {
+// missing is the directories leading to the node's path p that do not
+// exist, outermost first. One reached through a link to what the root does
+// not show is refused, not created.
+func (s *Set) missing(p string) ([]string, error) {
 	var missing []string
 	for d := filepath.Dir(p); d != "/" && d != "."; d = filepath.Dir(d) {
 		if s.Exists(d) {
 			break
 		}
+		h, viaLink, err := s.Linked(d)
+		if err != nil {
+			return nil, err
+		}
+		if viaLink {
+			return nil, fmt.Errorf("%s is reached through a link to %s, which %s does not show: change nothing there, or mount it", d, strings.TrimPrefix(h, s.root), s.root)
+		}
 		missing = append(missing, d)
 	}
 	slices.Reverse(missing)
+	return missing, nil
+}
+
+func (s *Set) addDir(d string) {
+	if !slices.Contains(s.rec.Dirs, d) {
+		s.rec.Dirs = append(s.rec.Dirs, d)
+	}
+}
+
+// mkdir creates the node's directory d, remembering it for Rollback when
+// this run created it.
+func (s *Set) mkdir(d string) error {
+	if slices.Contains(s.made, d) {
+		return nil
+	}
+	return s.with(d, false, func(pl *place) error {
+		made, err := pl.mkdir()
+		if made {
+			s.made = append(s.made, d)
+		}
+		return err
+	})
+}
+
+// mkdirs creates the directories leading to the node's file p that do not
+// exist, recording each before it is made.
+func (s *Set) mkdirs(p string) error {
+	missing, err := s.missing(p)
+	if err != nil {
+		return err
+	}
 	for _, d := range missing {
-		h, err := s.Host(d)
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(s.rec.Dirs, d) {
-			s.rec.Dirs = append(s.rec.Dirs, d)
-		}
+		s.addDir(d)
 		if err := s.persist(); err != nil {
 			return err
 		}
-		if err := os.Mkdir(h, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := s.mkdir(d); err != nil {
 			return err
 		}
-		s.undo = append(s.undo, func() error { return ignoreMissing(os.Remove(h)) })
 	}
 	return nil
 }
@@ -51,17 +80,21 @@ func (s *Set) put(p string, data []byte, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	st, err := os.Stat(h)
+	var st os.FileInfo
+	var old []byte
+	pl, err := s.at(p, true)
+	if err == nil {
+		defer pl.close()
+		if st, err = pl.stat(); err == nil {
+			old, err = pl.read(int64(max(len(data), MaxFile)))
+		}
+	}
 	switch {
 	case err == nil:
-		old, rerr := safeio.ReadFile(h, int64(max(len(data), MaxFile)))
-		if rerr != nil {
-			return rerr
-		}
-		if err := atomicfile.WriteLike(h, data, st); err != nil {
+		if err := pl.writeLike(data, st); err != nil {
 			return err
 		}
-		s.undo = append(s.undo, func() error { return atomicfile.WriteLike(h, old, st) })
+		s.undo = append(s.undo, func() error { return s.with(p, true, func(pl *place) error { return pl.writeLike(old, st) }) })
 	case errors.Is(err, os.ErrNotExist):
 		if viaLink && !s.Exists(filepath.Dir(p)) {
 			return fmt.Errorf("%s is reached through a link to %s, which %s does not show: change nothing there, or mount it", p, strings.TrimPrefix(h, s.root), s.root)
@@ -69,14 +102,20 @@ func (s *Set) put(p string, data []byte, mode os.FileMode) error {
 		if err := s.mkdirs(p); err != nil {
 			return err
 		}
-		if err := atomicfile.Write(h, data, mode); err != nil {
+		if err := s.with(p, true, func(pl *place) error { return pl.write(data, mode) }); err != nil {
 			return err
 		}
-		s.undo = append(s.undo, func() error { return ignoreMissing(os.Remove(h)) })
+		s.undo = append(s.undo, func() error { return ignoreMissing(s.with(p, true, (*place).remove)) })
 	default:
 		return err
 	}
 	return nil
+}
+
+// readlink is where the node's link p leads.
+func (s *Set) readlink(p string) (t string, err error) {
+	err = s.with(p, false, func(pl *place) error { t, err = pl.readlink(); return err })
+	return t, err
 }
 
 func ignoreMissing(err error) error {
@@ -86,7 +125,7 @@ func ignoreMissing(err error) error {
 	return err
 }
 
-// same reports whether the node's file p holds exactly data.
+// holds reports whether the node's file p holds exactly data.
 func (s *Set) holds(p string, data []byte) bool {
 	old, err := s.ReadFile(p, int64(len(data))+1)
 	return err == nil && bytes.Equal(old, data)
@@ -129,8 +168,7 @@ func (s *Set) WriteFile(p string, data []byte, mode os.FileMode) error {
 // Symlink makes p a link to target, owned by oomguard.
 func (s *Set) Symlink(p, target string) error {
 	s.own(p, "-> "+target)
-	h := filepath.Join(s.root, p)
-	if t, err := os.Readlink(h); err == nil && t == target {
+	if t, err := s.readlink(p); err == nil && t == target {
 		fmt.Fprintf(s.out, "unchanged %s -> %s\n", p, target)
 		return nil
 	}
@@ -143,22 +181,29 @@ func (s *Set) Symlink(p, target string) error {
 		return err
 	}
 	if err := s.mkdirs(p); err != nil {
-		return err
+		return fmt.Errorf("link %s: %w", p, err)
 	}
-	old, oldErr := os.Readlink(h)
-	if st, err := os.Lstat(h); err == nil && st.Mode()&os.ModeSymlink == 0 {
+	pl, err := s.at(p, false)
+	if err != nil {
+		return fmt.Errorf("link %s: %w", p, err)
+	}
+	defer pl.close()
+	old, oldErr := pl.readlink()
+	if st, err := pl.stat(); err == nil && st.Mode()&os.ModeSymlink == 0 {
 		return fmt.Errorf("%s exists and is not a link: leaving it alone; remove it and run again", p)
 	}
-	os.Remove(h)
-	if err := os.Symlink(target, h); err != nil {
+	pl.remove()
+	if err := pl.symlink(target); err != nil {
 		return err
 	}
 	s.undo = append(s.undo, func() error {
-		os.Remove(h)
-		if oldErr == nil {
-			return os.Symlink(old, h)
-		}
-		return nil
+		return s.with(p, false, func(pl *place) error {
+			pl.remove()
+			if oldErr == nil {
+				return pl.symlink(old)
+			}
+			return nil
+		})
 	})
 	s.changed = true
 	fmt.Fprintf(s.out, "linked %s -> %s\n", p, target)
@@ -184,18 +229,19 @@ func (s *Set) own(p, sum string) {
 // changes it), as readable as the file itself; a file that did not exist is
 // owned. verb says what the change is, for the report.
 func (s *Set) Modify(p string, updated []byte, backupExt, verb string) error {
-	h, err := s.Host(p)
-	if err != nil {
-		return err
+	pl, err := s.at(p, true)
+	var st os.FileInfo
+	if err == nil {
+		defer pl.close()
+		st, err = pl.stat()
 	}
-	st, err := os.Stat(h)
 	if errors.Is(err, os.ErrNotExist) {
 		return s.WriteFile(p, updated, 0o644)
 	}
 	if err != nil {
 		return err
 	}
-	old, err := safeio.ReadFile(h, MaxFile)
+	old, err := pl.read(MaxFile)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p, err)
 	}
@@ -213,10 +259,6 @@ func (s *Set) Modify(p string, updated []byte, backupExt, verb string) error {
 	}
 	if _, done := s.rec.Backups[p]; !done {
 		backup := p + backupExt
-		bh, err := s.Host(backup)
-		if err != nil {
-			return err
-		}
 		if s.rec.Backups == nil {
 			s.rec.Backups = map[string]string{}
 		}
@@ -224,10 +266,10 @@ func (s *Set) Modify(p string, updated []byte, backupExt, verb string) error {
 		if err := s.persist(); err != nil {
 			return err
 		}
-		if err := atomicfile.WriteLike(bh, old, st); err != nil {
+		if err := s.with(backup, true, func(pl *place) error { return pl.writeLike(old, st) }); err != nil {
 			return err
 		}
-		s.undo = append(s.undo, func() error { return ignoreMissing(os.Remove(bh)) })
+		s.undo = append(s.undo, func() error { return ignoreMissing(s.with(backup, true, (*place).remove)) })
 		fmt.Fprintf(s.out, "backed up %s to %s\n", p, backup)
 	}
 	if s.rec.Written == nil {
@@ -237,10 +279,10 @@ func (s *Set) Modify(p string, updated []byte, backupExt, verb string) error {
 	if err := s.persist(); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteLike(h, updated, st); err != nil {
+	if err := pl.writeLike(updated, st); err != nil {
 		return err
 	}
-	s.undo = append(s.undo, func() error { return atomicfile.WriteLike(h, old, st) })
+	s.undo = append(s.undo, func() error { return s.with(p, true, func(pl *place) error { return pl.writeLike(old, st) }) })
 	s.changed = true
 	fmt.Fprintf(s.out, "%s %s\n", verb, p)
 	return nil

@@ -4,12 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/oomguard/oomguard/internal/atomicfile"
-	"github.com/oomguard/oomguard/internal/safeio"
 )
 
 // Keep takes p out of what Undo undoes, leaving it as it is (and its
@@ -38,8 +34,7 @@ func (s *Set) Undo() error {
 		}
 	}
 	for _, f := range s.rec.Files {
-		h := filepath.Join(s.root, f)
-		if _, err := os.Lstat(h); err != nil {
+		if err := s.with(f, false, func(pl *place) error { _, err := pl.stat(); return err }); err != nil {
 			continue
 		}
 		if want, ok := s.rec.Sums[f]; ok && !s.same(f, want) {
@@ -51,7 +46,7 @@ func (s *Set) Undo() error {
 			fmt.Fprintf(s.out, "would: remove %s\n", f)
 			continue
 		}
-		if err := os.Remove(h); err != nil {
+		if err := s.with(f, false, (*place).remove); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -68,11 +63,7 @@ func (s *Set) Undo() error {
 		fmt.Fprintf(s.out, "would: remove %s\n", s.record)
 		return nil
 	}
-	p, err := s.Host(s.record)
-	if err == nil {
-		err = ignoreMissing(os.Remove(p))
-	}
-	if err != nil {
+	if err := s.removeRecord(); err != nil {
 		return err
 	}
 	s.done = true
@@ -87,28 +78,19 @@ func (s *Set) removeDirs() {
 	dirs := slices.Clone(s.rec.Dirs)
 	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") }) // deepest first
 	for _, d := range dirs {
-		h := filepath.Join(s.root, d)
-		if ents, err := os.ReadDir(h); err != nil || len(ents) > 0 {
-			continue // gone, or someone else's files are in it now
-		}
-		if s.dryRun {
-			fmt.Fprintf(s.out, "would: remove %s/\n", d)
-			continue
-		}
-		if err := os.Remove(h); err == nil {
-			fmt.Fprintf(s.out, "removed %s/\n", d)
-		}
+		s.with(d, false, func(pl *place) error {
+			if pl.rmdir() { // else gone, or someone else's files are in it now
+				fmt.Fprintf(s.out, "removed %s/\n", d)
+			}
+			return nil
+		})
 	}
 }
 
 // restore puts the backup of a modified file back, unless the file changed
 // since oomguard wrote it; a link stays a link, its target restored.
 func (s *Set) restore(modified, backup string) error {
-	h, err := s.Host(modified)
-	if err != nil {
-		return err
-	}
-	cur, _ := safeio.ReadFile(h, MaxFile)
+	cur, _ := s.ReadFile(modified, MaxFile)
 	written := s.rec.Written[modified]
 	if w, ok := strings.CutPrefix(written, "sha256:"); ok && sum(cur) != w || !ok && string(cur) != written {
 		fmt.Fprintf(s.out, "left %s alone: it changed since install; its original is %s\n", modified, backup)
@@ -119,23 +101,22 @@ func (s *Set) restore(modified, backup string) error {
 		fmt.Fprintf(s.out, "would: restore %s from %s\n", modified, backup)
 		return nil
 	}
-	bh, err := s.Host(backup)
-	if err != nil {
+	var st os.FileInfo
+	var orig []byte
+	err := s.with(backup, true, func(pl *place) (err error) {
+		if st, err = pl.stat(); err == nil {
+			orig, err = pl.read(MaxFile)
+		}
 		return err
-	}
-	st, err := os.Stat(bh)
+	})
 	if err != nil {
 		return fmt.Errorf("restore %s: its backup %s: %w", modified, backup, err)
 	}
-	orig, err := safeio.ReadFile(bh, MaxFile)
-	if err != nil {
-		return fmt.Errorf("restore %s: its backup %s: %w", modified, backup, err)
+	if err := s.with(modified, true, func(pl *place) error { return pl.writeLike(orig, st) }); err != nil {
+		return fmt.Errorf("restore %s: %w", modified, err)
 	}
-	if err := atomicfile.WriteLike(h, orig, st); err != nil {
-		return err
-	}
-	if err := os.Remove(bh); err != nil {
-		return err
+	if err := s.with(backup, true, (*place).remove); err != nil {
+		return fmt.Errorf("restore %s: remove its backup %s: %w", modified, backup, err)
 	}
 	s.changed = true
 	fmt.Fprintf(s.out, "restored %s\n", modified)
@@ -145,7 +126,7 @@ func (s *Set) restore(modified, backup string) error {
 // same reports whether the owned file p still holds what was left there.
 func (s *Set) same(p, want string) bool {
 	if target, ok := strings.CutPrefix(want, "-> "); ok {
-		t, err := os.Readlink(filepath.Join(s.root, p))
+		t, err := s.readlink(p)
 		return err == nil && t == target
 	}
 	b, err := s.ReadFile(p, MaxFile*16)

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/policy"
@@ -164,6 +166,11 @@ func (c *Container) Score(pid, want int) Change {
 		return ch
 	}
 	defer d.Close()
+	return setScore(d, pid, want, ch)
+}
+
+// setScore sets the held process's oom_score_adj to want unless it has it.
+func setScore(d *kernel.ProcDir, pid, want int, ch Change) Change {
 	old, err := d.OOMScoreAdj()
 	if err != nil {
 		ch.What, ch.Err = Failed, fmt.Errorf("read oom_score_adj of pid %d: %w", pid, err)
@@ -185,25 +192,52 @@ func (c *Container) Score(pid, want int) Change {
 // Scores sets every process in the container's cgroup and below it to want,
 // and returns how many it changed. A process that exits or leaves the cgroup
 // meanwhile (an exiting one shows the root cgroup; its pid may be another's)
-// is gone, not an error: nothing was written to it.
+// is gone, not an error: nothing was written to it. A part of the tree it
+// cannot read is left out alone, as a *kernel.UnreadError among errs.
 func (c *Container) Scores(want int) (changed int, errs []error) {
-	pids, err := kernel.CgroupPids(c.n.root, c.n.mode, c.cgroup)
-	if err != nil {
-		if kernel.IsGone(err) {
-			return 0, nil
+	err := kernel.WalkCgroup(c.n.root, c.n.mode, c.cgroup, func(d *kernel.CgroupDir) error {
+		pids, err := d.Procs()
+		if err != nil {
+			return err
 		}
-		return 0, []error{err}
-	}
-	for _, pid := range pids {
-		ch := c.Score(pid, want)
-		if ch.Err != nil && ch.What != Refused && !kernel.IsGone(ch.Err) {
-			errs = append(errs, ch.Err)
+		for _, pid := range pids {
+			ch := c.scoreIn(d, pid, want)
+			if ch.Err != nil && ch.What != Refused && !kernel.IsGone(ch.Err) {
+				errs = append(errs, ch.Err)
+			}
+			if ch.What == Changed {
+				changed++
+			}
 		}
-		if ch.What == Changed {
-			changed++
-		}
+		return nil
+	})
+	if err != nil && !kernel.IsGone(err) {
+		errs = append(errs, err)
 	}
 	return changed, errs
+}
+
+// scoreIn is Score for a pid the walk found in d: a process whose
+// /proc/PID/cgroup the kernel cannot print (its cgroup's path is past
+// PATH_MAX) is checked against d's own list instead, after its /proc
+// directory is held.
+func (c *Container) scoreIn(d *kernel.CgroupDir, pid, want int) Change {
+	ch := c.Score(pid, want)
+	if !errors.Is(ch.Err, syscall.ENAMETOOLONG) {
+		return ch
+	}
+	ch = Change{Setting: SettingScore, To: itoa(want)}
+	p, err := kernel.OpenProc(c.n.root, pid)
+	if err != nil {
+		ch.What, ch.Err = Failed, err
+		return ch
+	}
+	defer p.Close()
+	if !d.Has(pid) {
+		ch.What, ch.Err = Failed, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist) // left the cgroup, or exited
+		return ch
+	}
+	return setScore(p, pid, want, ch)
 }
 
 // Group sets the container cgroup's memory.oom.group to want unless it has it.
@@ -236,6 +270,10 @@ func (c *Container) MemoryEvents() (map[string]uint64, error) {
 	return kernel.MemoryEvents(c.n.root, c.n.mode, c.cgroup)
 }
 
+// OOMKills is how many processes the OOM killer killed in the container
+// (kernel.OOMKills).
+func (c *Container) OOMKills() (uint64, error) { return kernel.OOMKills(c.n.root, c.n.mode, c.cgroup) }
+
 // IsGone reports whether err means the container or process no longer exists.
 func IsGone(err error) bool { return kernel.IsGone(err) }
 
@@ -244,7 +282,8 @@ func IsGone(err error) bool { return kernel.IsGone(err) }
 // with vm.oom_dump_tasks, for one container, read after the fact.
 func (c *Container) Largest(n int) ([]kernel.Process, error) {
 	pids, err := kernel.CgroupPids(c.n.root, c.n.mode, c.cgroup)
-	if err != nil {
+	var unread *kernel.UnreadError
+	if err != nil && !errors.As(err, &unread) {
 		return nil, err
 	}
 	r := kernel.NewProcReader(c.n.root, c.n.mode)

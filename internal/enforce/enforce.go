@@ -34,6 +34,9 @@ func NewNode(root string, parents []string) *Node {
 // Layout is the node's cgroup layout, for logs: v1, hybrid, v2 or unknown.
 func (n *Node) Layout() string { return n.mode.String() }
 
+// Mode is the node's cgroup layout.
+func (n *Node) Mode() kernel.Mode { return n.mode }
+
 // Plan is a decision as the node can apply it.
 type Plan struct {
 	Rule  string

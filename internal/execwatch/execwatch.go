@@ -1,8 +1,9 @@
-// Package execwatch tells which processes exec on the node, from the
-// kernel's process connector (netlink, CONFIG_PROC_EVENTS): a process
-// exec'd into a container (kubectl exec, an exec probe) starts at the score
-// in the container's spec, which oomguard does not claim (NRI refuses a
-// container whose field two plugins set), so oomguard sets it when it execs.
+// Package execwatch tells which processes exec, and which new processes
+// fork, on the node, from the kernel's process connector (netlink,
+// CONFIG_PROC_EVENTS): a process exec'd into a container (kubectl exec, an
+// exec probe) starts at the score in the container's spec, which oomguard
+// does not claim (NRI refuses a container whose field two plugins set), so
+// oomguard sets it when it execs, and the processes it forked before that.
 // It needs CAP_NET_ADMIN and the node's network namespace: the DaemonSet's
 // privileged, host-network pod, or a plugin the runtime launched.
 package execwatch
@@ -21,6 +22,7 @@ const (
 	cnIdxProc          = 1
 	cnValProc          = 1
 	procCnMcastListen  = 1
+	procEventFork      = 0x00000001
 	procEventExec      = 0x00000002
 	nlmsgHdrLen        = 16
 	cnMsgLen           = 20
@@ -66,24 +68,42 @@ const pollInterval = time.Second
 // ErrLost is events the kernel dropped because they came faster than read.
 var ErrLost = errors.New("process events lost: they came faster than they were read")
 
-// Read waits for the kernel's next message and appends the processes
-// (thread group ids) that exec'd to pids. It returns nothing new after
-// pollInterval without events, and ErrLost (with pids) when the kernel
-// dropped some. Messages from anything but the kernel are ignored.
-func (w *Watcher) Read(pids []int) ([]int, error) {
+// Event is one process event: a process (thread group) that exec'd, or a
+// new process (not a thread) and the one that forked it.
+type Event struct {
+	Pid    int // the process that exec'd, or the new one
+	Parent int // the process that forked it; 0 for an exec
+	// Time is when it happened on the kernel's monotonic clock (Now's).
+	Time time.Duration
+}
+
+// Now is the kernel's monotonic clock, which events are stamped with.
+func Now() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// Read waits for the kernel's next message and appends its events to evs.
+// It returns nothing new after pollInterval without events, and ErrLost
+// (with evs) when the kernel dropped some. Messages from anything but the
+// kernel are ignored.
+func (w *Watcher) Read(evs []Event) ([]Event, error) {
 	n, from, err := unix.Recvfrom(w.fd, w.buf, 0)
 	switch {
 	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
-		return pids, nil
+		return evs, nil
 	case errors.Is(err, unix.ENOBUFS):
-		return pids, ErrLost
+		return evs, ErrLost
 	case err != nil:
-		return pids, fmt.Errorf("read the process connector: %w", err)
+		return evs, fmt.Errorf("read the process connector: %w", err)
 	}
 	if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
-		return pids, nil
+		return evs, nil
 	}
-	return Parse(w.buf[:n], pids), nil
+	return Parse(w.buf[:n], evs), nil
 }
 
 // Close ends the subscription.
@@ -104,15 +124,15 @@ func listenMessage() []byte {
 	return b
 }
 
-// Parse appends the thread group ids of the exec events in a datagram from
-// the connector to pids. Anything short, oversized or not the connector's
+// Parse appends the exec and process fork events in a datagram from the
+// connector to evs. Anything short, oversized or not the connector's
 // process events is skipped: the lengths in it are never trusted beyond b.
-func Parse(b []byte, pids []int) []int {
+func Parse(b []byte, evs []Event) []Event {
 	ne := binary.NativeEndian
 	for len(b) >= nlmsgHdrLen {
 		l := int(ne.Uint32(b[0:]))
 		if l < nlmsgHdrLen || l > len(b) {
-			return pids
+			return evs
 		}
 		msg := b[nlmsgHdrLen:l]
 		if len(msg) >= cnMsgLen && ne.Uint32(msg[0:]) == cnIdxProc && ne.Uint32(msg[4:]) == cnValProc {
@@ -120,17 +140,40 @@ func Parse(b []byte, pids []int) []int {
 			if dl := int(ne.Uint16(msg[16:])); dl <= len(data) {
 				data = data[:dl]
 			}
-			if len(data) >= procEventHeaderLen+8 && ne.Uint32(data[0:]) == procEventExec {
-				if tgid := int32(ne.Uint32(data[procEventHeaderLen+4:])); tgid > 0 {
-					pids = append(pids, int(tgid))
-				}
-			}
+			evs = appendEvent(evs, data)
 		}
 		next := (l + 3) &^ 3 // NLMSG_ALIGN
 		if next >= len(b) {
-			return pids
+			return evs
 		}
 		b = b[next:]
 	}
-	return pids
+	return evs
+}
+
+// appendEvent appends the event in one message's data: an exec's thread
+// group, or a fork whose child is a process of its own (its pid is its
+// thread group's), with the parent's thread group.
+func appendEvent(evs []Event, data []byte) []Event {
+	ne := binary.NativeEndian
+	if len(data) < procEventHeaderLen {
+		return evs
+	}
+	ev, at := data[procEventHeaderLen:], time.Duration(int64(ne.Uint64(data[8:])))
+	switch ne.Uint32(data[0:]) {
+	case procEventExec:
+		if len(ev) >= 8 {
+			if tgid := int32(ne.Uint32(ev[4:])); tgid > 0 {
+				evs = append(evs, Event{Pid: int(tgid), Time: at})
+			}
+		}
+	case procEventFork:
+		if len(ev) >= 16 {
+			parent, child, childTgid := int32(ne.Uint32(ev[4:])), int32(ne.Uint32(ev[8:])), int32(ne.Uint32(ev[12:]))
+			if parent > 0 && child > 0 && child == childTgid {
+				evs = append(evs, Event{Pid: int(child), Parent: int(parent), Time: at})
+			}
+		}
+	}
+	return evs
 }

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// TestE2EExecSeen: a process that execs is reported by the real kernel.
+// TestE2EExecSeen: a process that execs is reported by the real kernel,
+// and so is its fork.
 func TestE2EExecSeen(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the process connector needs CAP_NET_ADMIN")
@@ -20,20 +21,22 @@ func TestE2EExecSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	cmd := exec.Command("/bin/sleep", "0.2")
+	cmd := exec.Command("/bin/sh", "-c", "/bin/sleep 0.2 & wait")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		pids, err := w.Read(nil)
+	sh := cmd.Process.Pid
+	var execd, forked bool
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !(execd && forked); {
+		evs, err := w.Read(nil)
 		if err != nil && err != ErrLost {
 			t.Fatal(err)
 		}
-		if slices.Contains(pids, cmd.Process.Pid) {
-			return
-		}
+		execd = execd || slices.ContainsFunc(evs, func(e Event) bool { return e.Pid == sh && e.Parent == 0 && e.Time > 0 && e.Time <= Now() })
+		forked = forked || slices.ContainsFunc(evs, func(e Event) bool { return e.Parent == sh })
 	}
-	t.Fatalf("the exec of pid %d was not reported", cmd.Process.Pid)
+	if !execd || !forked {
+		t.Fatalf("pid %d: exec reported %v, its fork %v", sh, execd, forked)
+	}
 }

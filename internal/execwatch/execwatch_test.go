@@ -6,13 +6,16 @@ import (
 	"testing"
 )
 
-// event is one netlink message from the connector with a process event.
-func event(what uint32, pid, tgid int32) []byte {
+// event is one netlink message from the connector with a process event:
+// its ids after the header (pid, tgid for an exec; parent's pid and tgid,
+// child's pid and tgid for a fork).
+func event(what uint32, ids ...int32) []byte {
 	ne := binary.NativeEndian
-	data := make([]byte, procEventHeaderLen+8)
+	data := make([]byte, procEventHeaderLen+4*len(ids))
 	ne.PutUint32(data[0:], what)
-	ne.PutUint32(data[procEventHeaderLen:], uint32(pid))
-	ne.PutUint32(data[procEventHeaderLen+4:], uint32(tgid))
+	for i, id := range ids {
+		ne.PutUint32(data[procEventHeaderLen+4*i:], uint32(id))
+	}
 	b := make([]byte, nlmsgHdrLen+cnMsgLen+len(data))
 	ne.PutUint32(b[0:], uint32(len(b)))
 	c := b[nlmsgHdrLen:]
@@ -25,7 +28,8 @@ func event(what uint32, pid, tgid int32) []byte {
 
 func TestParse(t *testing.T) {
 	exec := event(procEventExec, 41, 40)
-	fork := event(0x1, 50, 50)
+	fork := event(procEventFork, 40, 40, 50, 50)
+	thread := event(procEventFork, 40, 40, 51, 40)
 	long := slices.Clone(exec)
 	binary.NativeEndian.PutUint32(long[0:], uint32(len(long)+100)) // a length past the datagram
 	other := slices.Clone(exec)
@@ -34,18 +38,21 @@ func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		b    []byte
-		want []int
+		want []Event
 	}{
-		{"one exec: its thread group", exec, []int{40}},
-		{"a fork is not an exec", fork, nil},
-		{"two messages", append(slices.Clone(exec), event(procEventExec, 61, 61)...), []int{40, 61}},
-		{"fork then exec", append(slices.Clone(fork), exec...), []int{40}},
+		{"one exec: its thread group", exec, []Event{{Pid: 40}}},
+		{"a fork: the new process and its parent", fork, []Event{{Pid: 50, Parent: 40}}},
+		{"a new thread is no process", thread, nil},
+		{"two messages", append(slices.Clone(exec), event(procEventExec, 61, 61)...), []Event{{Pid: 40}, {Pid: 61}}},
+		{"fork then exec", append(slices.Clone(fork), exec...), []Event{{Pid: 50, Parent: 40}, {Pid: 40}}},
 		{"empty", nil, nil},
 		{"short header", exec[:10], nil},
 		{"short event", exec[:nlmsgHdrLen+cnMsgLen+4], nil},
+		{"short fork", fork[:len(fork)-4], nil},
 		{"length past the end", long, nil},
 		{"another connector's message", other, nil},
 		{"no pid", neg, nil},
+		{"no parent", event(procEventFork, 0, 0, 50, 50), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Parse(tc.b, nil); !slices.Equal(got, tc.want) {
@@ -65,15 +72,15 @@ func TestListenMessage(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add(event(procEventExec, 41, 40))
-	f.Add(append(event(0x1, 1, 1), event(procEventExec, 2, 2)...))
+	f.Add(append(event(procEventFork, 1, 1, 2, 2), event(procEventExec, 2, 2)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		pids := Parse(b, nil)
-		if len(pids) > len(b)/(nlmsgHdrLen+cnMsgLen+procEventHeaderLen+8)+1 {
-			t.Fatalf("%d pids from %d bytes", len(pids), len(b))
+		evs := Parse(b, nil)
+		if len(evs) > len(b)/(nlmsgHdrLen+cnMsgLen+procEventHeaderLen+8)+1 {
+			t.Fatalf("%d events from %d bytes", len(evs), len(b))
 		}
-		for _, p := range pids {
-			if p <= 0 {
-				t.Fatalf("pid %d", p)
+		for _, e := range evs {
+			if e.Pid <= 0 || e.Parent < 0 {
+				t.Fatalf("event %+v", e)
 			}
 		}
 	})

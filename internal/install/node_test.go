@@ -156,14 +156,3 @@ func shippedConfig(t *testing.T) string {
 	}
 	return string(b)
 }
-
-// withoutDirs is a snapshot's files and links alone.
-func withoutDirs(m map[string]string) map[string]string {
-	out := map[string]string{}
-	for p, v := range m {
-		if !strings.HasPrefix(v, "dir ") {
-			out[p] = v
-		}
-	}
-	return out
-}

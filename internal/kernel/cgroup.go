@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -239,44 +239,165 @@ func EffectiveOOMGroup(root string, mode Mode, cg string) (on bool, by string, e
 	return on, by, nil
 }
 
-// readProcs reads a cgroup's cgroup.procs; tests put a removed cgroup in.
-var readProcs = func(dir string) ([]byte, error) { return ReadFile(filepath.Join(dir, "cgroup.procs"), MaxTable) }
+// CgroupDir is one cgroup directory of a walk, held open: what is read
+// through it is that cgroup's, however long its path (a pod names and nests
+// its own cgroups at will, past PATH_MAX).
+type CgroupDir struct {
+	fd   int
+	path string // for messages: the walk's cgroup, then each name below it
+}
 
-// CgroupPids lists the processes in cgroup cg and every cgroup below it. A
-// descendant removed while it walks (ENOENT, or ENODEV from a cgroup being
-// removed) is gone, as opencontainers/cgroups' GetAllPids has it, not an
-// error of the whole walk.
-func CgroupPids(root string, mode Mode, cg string) ([]int, error) {
-	dir := MemoryCgroupDir(root, mode, cg)
-	var pids []int
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p != dir && removed(err) {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		b, err := readProcs(p)
-		if err != nil {
-			if p != dir && removed(err) {
-				return nil
-			}
-			return err
-		}
-		for f := range bytes.FieldsSeq(b) {
-			if pid, ok := ParseInt(f); ok && pid > 0 {
-				pids = append(pids, pid)
-			}
-		}
-		return nil
-	})
+// Procs are the processes in this cgroup itself.
+func (d *CgroupDir) Procs() ([]int, error) {
+	b, err := readProcsAt(d.fd, d.path+"/")
 	if err != nil {
-		return nil, fmt.Errorf("list pids of cgroup %s: %w", cg, err)
+		return nil, err
+	}
+	var pids []int
+	for f := range bytes.FieldsSeq(b) {
+		if pid, ok := ParseInt(f); ok && pid > 0 {
+			pids = append(pids, pid)
+		}
 	}
 	return pids, nil
+}
+
+// Has reports whether pid is in this cgroup now.
+func (d *CgroupDir) Has(pid int) bool {
+	pids, err := d.Procs()
+	return err == nil && slices.Contains(pids, pid)
+}
+
+// readProcsAt reads cgroup.procs in the directory dirfd holds; tests put a
+// removed cgroup in.
+var readProcsAt = func(dirfd int, dir string) ([]byte, error) { return readAt(dirfd, dir, "cgroup.procs", MaxTable) }
+
+// MaxCgroupDepth bounds how deep below a container a walk goes: the
+// kernel sets none, and each level holds a file descriptor.
+const MaxCgroupDepth = 64
+
+// UnreadError is the parts of a walk that could not be read (a name or a
+// depth past the bounds, a directory that cannot be opened): each part is
+// left out with what is below it, never the whole cgroup.
+type UnreadError struct {
+	Cgroup string
+	Parts  int
+	First  error
+}
+
+func (e *UnreadError) Error() string {
+	return fmt.Sprintf("%d part(s) of cgroup %s could not be read, and their processes were left as they are: %v", e.Parts, e.Cgroup, e.First)
+}
+func (e *UnreadError) Unwrap() error { return e.First }
+
+// WalkCgroup calls f with cg's directory and then every directory below
+// it, depth first, each held open while f runs and opened relative to its
+// parent, so that no path is ever longer than one name. A descendant
+// removed meanwhile (ENOENT, or ENODEV while the kernel tears it down) is
+// gone, as opencontainers/cgroups' GetAllPids has it; one that cannot be
+// read otherwise is left out with its subtree and counted in an
+// *UnreadError, returned once the walk is done. Only cg itself failing
+// stops it.
+func WalkCgroup(root string, mode Mode, cg string, f func(d *CgroupDir) error) error {
+	top := MemoryCgroupDir(root, mode, cg)
+	fd, err := syscall.Open(top, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("list pids of cgroup %s: %w", cg, &os.PathError{Op: "open", Path: top, Err: err})
+	}
+	w := &walk{cg: cg, f: f}
+	err = w.dir(&CgroupDir{fd: fd, path: top}, 0)
+	if err == nil && w.unread.Parts > 0 {
+		return &w.unread
+	}
+	return err
+}
+
+type walk struct {
+	cg     string
+	f      func(d *CgroupDir) error
+	unread UnreadError
+}
+
+// skip counts a part the walk leaves out.
+func (w *walk) skip(err error) {
+	w.unread.Cgroup = w.cg
+	if w.unread.Parts++; w.unread.First == nil {
+		w.unread.First = err
+	}
+}
+
+// dir runs f on d, then walks its children; it closes d.
+func (w *walk) dir(d *CgroupDir, depth int) error {
+	defer syscall.Close(d.fd)
+	switch err := w.f(d); {
+	case err == nil:
+	case depth > 0 && removed(err): // what is below goes with it, or is read
+	case depth > 0:
+		w.skip(err)
+		return nil
+	default:
+		return err
+	}
+	names, err := subdirs(d)
+	if err != nil {
+		if depth > 0 && removed(err) {
+			return nil
+		}
+		w.skip(err)
+		return nil
+	}
+	for _, name := range names {
+		if depth+1 > MaxCgroupDepth {
+			w.skip(fmt.Errorf("%s/%s is more than %d levels below the container: not read", d.path, name, MaxCgroupDepth))
+			continue
+		}
+		fd, err := syscall.Openat(d.fd, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		switch {
+		case removed(err):
+			continue
+		case err != nil:
+			w.skip(&os.PathError{Op: "open", Path: d.path + "/" + name, Err: err})
+			continue
+		}
+		if err := w.dir(&CgroupDir{fd: fd, path: d.path + "/" + name}, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// subdirs are the names of the directories d holds, read through its fd.
+func subdirs(d *CgroupDir) ([]string, error) {
+	dup, err := syscall.Dup(d.fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), d.path)
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// CgroupPids lists the processes in cgroup cg and every cgroup below it
+// (WalkCgroup): with an *UnreadError beside them when parts could not be
+// read.
+func CgroupPids(root string, mode Mode, cg string) ([]int, error) {
+	var pids []int
+	err := WalkCgroup(root, mode, cg, func(d *CgroupDir) error {
+		p, err := d.Procs()
+		pids = append(pids, p...)
+		return err
+	})
+	return pids, err
 }
 
 func removed(err error) bool { return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) }
@@ -292,6 +413,40 @@ func MemoryEvents(root string, mode Mode, cg string) (map[string]uint64, error) 
 		return nil, err
 	}
 	return KeyValues(b), nil
+}
+
+// OOMKills is how many processes the OOM killer killed in cgroup cg and
+// below it: memory.events' oom_kill on cgroup v2 (hierarchical); on v1,
+// memory.oom_control's oom_kill (each cgroup's own, kernel 4.13 and
+// later) summed over the tree.
+func OOMKills(root string, mode Mode, cg string) (uint64, error) {
+	if mode == ModeV2 {
+		ev, err := MemoryEvents(root, mode, cg)
+		if err != nil {
+			return 0, err
+		}
+		n, ok := ev["oom_kill"]
+		if !ok {
+			return 0, fmt.Errorf("memory.events of %s has no oom_kill: %w", cg, ErrUnsupported)
+		}
+		return n, nil
+	}
+	var n uint64
+	var found bool
+	err := WalkCgroup(root, mode, cg, func(d *CgroupDir) error {
+		b, err := readAt(d.fd, d.path+"/", "memory.oom_control", MaxSmall)
+		if err != nil {
+			return err
+		}
+		v, ok := KeyValues(b)["oom_kill"]
+		found = found || ok
+		n += v
+		return nil
+	})
+	if err == nil && !found {
+		return 0, fmt.Errorf("memory.oom_control of %s has no oom_kill (a kernel before 4.13): %w", cg, ErrUnsupported)
+	}
+	return n, err
 }
 
 // MemoryLimit is cgroup cg's own memory limit in bytes; false when it has none.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -342,21 +343,21 @@ func TestCgroupPidsDescendantRemoved(t *testing.T) {
 	})
 	for _, errno := range []error{syscall.ENODEV, syscall.ENOENT} {
 		t.Run(errno.Error(), func(t *testing.T) {
-			orig := readProcs
-			defer func() { readProcs = orig }()
-			readProcs = func(dir string) ([]byte, error) {
-				if strings.HasSuffix(dir, "/dying") {
-					return nil, &os.PathError{Op: "read", Path: dir + "/cgroup.procs", Err: errno}
+			orig := readProcsAt
+			defer func() { readProcsAt = orig }()
+			readProcsAt = func(fd int, dir string) ([]byte, error) {
+				if strings.HasSuffix(dir, "/dying/") {
+					return nil, &os.PathError{Op: "read", Path: dir + "cgroup.procs", Err: errno}
 				}
-				return orig(dir)
+				return orig(fd, dir)
 			}
 			pids, err := CgroupPids(root, ModeV2, "/kubepods/pod1/ctr")
 			slices.Sort(pids)
 			if err != nil || !slices.Equal(pids, []int{10, 12}) {
 				t.Fatalf("CgroupPids = %v, %v; want the live cgroups' pids", pids, err)
 			}
-			readProcs = func(dir string) ([]byte, error) {
-				return nil, &os.PathError{Op: "read", Path: dir + "/cgroup.procs", Err: errno}
+			readProcsAt = func(_ int, dir string) ([]byte, error) {
+				return nil, &os.PathError{Op: "read", Path: dir + "cgroup.procs", Err: errno}
 			}
 			if _, err := CgroupPids(root, ModeV2, "/kubepods/pod1/ctr"); !IsGone(err) {
 				t.Fatalf("the container's own cgroup removed: want gone, got %v", err)
@@ -435,5 +436,62 @@ func TestStatusKB(t *testing.T) {
 		if got := StatusKB([]byte(tc.text), tc.key); got != tc.want {
 			t.Errorf("StatusKB(%q, %q) = %d, want %d", tc.text, tc.key, got, tc.want)
 		}
+	}
+}
+
+// deepTree makes levels nested directories of 250-byte names below dir,
+// each created relative to its parent (their path is past PATH_MAX), with
+// a cgroup.procs holding pid at the bottom; it returns nothing: the
+// directory is dir's.
+func deepTree(t *testing.T, dir string, levels, pid int) {
+	t.Helper()
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Repeat("n", 250)
+	for range levels {
+		if err := syscall.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := syscall.Openat(fd, name, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		syscall.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	defer syscall.Close(fd)
+	f, err := syscall.Openat(fd, "cgroup.procs", syscall.O_WRONLY|syscall.O_CREAT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Write(f, []byte(strconv.Itoa(pid)+"\n"))
+	syscall.Close(f)
+}
+
+// A pod names and nests its cgroups at will: a part of the container's
+// tree whose path is past PATH_MAX is read relative to its parent, and one
+// past the walk's depth is left out alone and said, never the whole
+// container.
+func TestCgroupPidsDeepTree(t *testing.T) {
+	const ctr = "sys/fs/cgroup/kubepods/pod1/ctr/"
+	root := tree(t, map[string]string{
+		"sys/fs/cgroup/cgroup.controllers": "memory",
+		ctr + "cgroup.procs":               "10\n",
+		ctr + "a/cgroup.procs":             "11\n",
+	})
+	deepTree(t, filepath.Join(root, ctr, "a"), 17, 12)
+	pids, err := CgroupPids(root, ModeV2, "/kubepods/pod1/ctr")
+	slices.Sort(pids)
+	if err != nil || !slices.Equal(pids, []int{10, 11, 12}) {
+		t.Fatalf("CgroupPids = %v, %v; want every process, the deep one too", pids, err)
+	}
+	deepTree(t, filepath.Join(root, ctr), MaxCgroupDepth+3, 13)
+	pids, err = CgroupPids(root, ModeV2, "/kubepods/pod1/ctr")
+	slices.Sort(pids)
+	var unread *UnreadError
+	if !errors.As(err, &unread) || unread.Parts != 1 || !slices.Equal(pids, []int{10, 11, 12}) {
+		t.Fatalf("CgroupPids = %v, %v; want every process but the one too deep, and that part said", pids, err)
 	}
 }

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -81,4 +82,19 @@ func FirstVictim(root string, mode Mode, skip int) (first Process, badness int64
 		}
 	}
 	return first, badness, ok, nil
+}
+
+// NodeOOMKills is how many processes the OOM killer killed on the node
+// since boot (/proc/vmstat's oom_kill), whatever their cgroup.
+func NodeOOMKills(root string) (uint64, error) {
+	p := filepath.Join(root, "proc", "vmstat")
+	b, err := ReadFile(p, MaxSmall)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := KeyValues(b)["oom_kill"]
+	if !ok {
+		return 0, &ParseError{Path: p, Err: errors.New("no oom_kill")}
+	}
+	return n, nil
 }

@@ -96,3 +96,17 @@ func (d *ProcDir) SetOOMScoreAdj(v int) error {
 	}
 	return writeAt(d.fd, d.path, "oom_score_adj", []byte(strconv.Itoa(v)+"\n"))
 }
+
+// Start is when the process started, in clock ticks after boot
+// (/proc/PID/stat's starttime): with the pid, what names it across reuse.
+func (d *ProcDir) Start() (uint64, error) {
+	b, err := readAt(d.fd, d.path, "stat", MaxSmall)
+	if err != nil {
+		return 0, err
+	}
+	_, start, err := parseStart(b)
+	if err != nil {
+		return 0, &ParseError{Path: d.path + "stat", Err: err}
+	}
+	return start, nil
+}

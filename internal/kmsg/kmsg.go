@@ -67,46 +67,150 @@ type Kill struct {
 	// kernel's oom-kill line was not seen.
 	Constraint string
 	// OOMMemcg is the cgroup whose limit was met (memcg kills), TaskMemcg the
-	// victim's own cgroup; paths as the kernel's cgroup root shows them.
+	// victim's own cgroup; paths as the kernel's cgroup root shows them, set
+	// when the kill's oom-kill line reads one way only.
 	OOMMemcg, TaskMemcg string
-	Pid                 int
-	Comm                string // as the kernel printed it: escaped, untrusted
-	UID                 int
-	ScoreAdj            int
-	RSSKiB              uint64 // anon + file + shmem
-	PgTablesKiB         uint64
-	// Group is set on a process killed with the victim because its cgroup
-	// (TaskMemcg) has memory.oom.group set: the kernel chose the victim, not it.
-	Group bool
+	// Readings are every (oom_memcg, task_memcg) the oom-kill line reads as:
+	// the kernel prints cgroup paths as they are, and a pod names its
+	// cgroups, so ",task_memcg=/…" in a name reads as another field. More
+	// than one: the caller decides which from evidence.
+	Readings []Memcgs
+	Pid      int
+	Comm     string // as the kernel printed it: escaped, untrusted
+	UID      int
+	ScoreAdj int
+	RSSKiB   uint64 // anon + file + shmem
+	// PgTablesKiB is the victim's page tables.
+	PgTablesKiB uint64
+	// Again is the victim killed a second time, as one of its own group:
+	// the kernel counted it twice, and it is no new kill.
+	Again bool
+	// GroupOf is the cgroup whose tasks the kernel was killing for
+	// memory.oom.group when it printed this kill without an oom-kill line
+	// of its own: this kill may be one of that group (killed for the same
+	// OOM as the victim before it), or a kill whose oom-kill line the
+	// kernel's rate limit dropped (the caller tells).
+	GroupOf string
 }
+
+// Memcgs is one reading of an oom-kill line's cgroups.
+type Memcgs struct{ OOM, Task string }
 
 // Global reports whether the whole node ran out of memory.
 func (k Kill) Global() bool { return k.Constraint == "" || k.Constraint == "CONSTRAINT_NONE" }
 
 var (
 	oomKillRE = regexp.MustCompile(`^oom-kill:constraint=([A-Z_]+),(.*)$`)
-	// The task's name is last but for pid and uid, so a name holding ",pid="
-	// cannot move them.
-	taskRE   = regexp.MustCompile(`,task=(.*),pid=(\d+),uid=(\d+)$`)
-	groupRE  = regexp.MustCompile(`^Tasks in (.*) are going to be killed due to memory\.oom\.group set$`)
-	killedRE = regexp.MustCompile(`^(?:Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): Killed process (\d+) \((.*)\) total-vm:(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB, shmem-rss:(\d+)kB, UID:(\d+) pgtables:(\d+)kB oom_score_adj:(-?\d+)$`)
+	// The task's pid and uid end the line: a name holding ",pid=" cannot
+	// move them.
+	taskEndRE = regexp.MustCompile(`,pid=(\d+),uid=(\d+)$`)
+	// What precedes the cgroups: the nodes the task may use, as %pbl prints them.
+	memsAllowedRE = regexp.MustCompile(`,mems_allowed=[0-9,-]*$`)
+	groupRE       = regexp.MustCompile(`^Tasks in (.*) are going to be killed due to memory\.oom\.group set$`)
+	killedRE      = regexp.MustCompile(`^(?:Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): Killed process (\d+) \((.*)\) total-vm:(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB, shmem-rss:(\d+)kB, UID:(\d+) pgtables:(\d+)kB oom_score_adj:(-?\d+)$`)
 )
+
+// maxComm bounds a task's name as the kernel escapes it: 15 bytes, each
+// at most \xNN.
+const maxComm = 15 * 4
+
+// summary is what an oom-kill line says: the constraint, its readings of
+// the cgroups, and the victim's pid and uid; ok is false for a line the
+// kernel cut short (a record is at most 1 KiB).
+type summary struct {
+	constraint string
+	readings   []Memcgs
+	pid, uid   int
+}
+
+// parseSummary reads "constraint=C,nodemask=…,cpuset=NAME,mems_allowed=…,
+// (oom_memcg=PATH|global_oom),task_memcg=PATH,task=COMM,pid=N,uid=N" every
+// way the grammar allows: a memcg kill's oom_memcg holds its task_memcg,
+// a global one's task_memcg follows global_oom at once, and each path
+// starts at the root.
+func parseSummary(msg string) (summary, bool) {
+	m := oomKillRE.FindStringSubmatch(msg)
+	if m == nil {
+		return summary{}, false
+	}
+	sm := summary{constraint: m[1]}
+	rest := "," + m[2]
+	end := taskEndRE.FindStringSubmatchIndex(rest)
+	if end == nil {
+		return sm, true // cut short: the cgroups and the task are unknown
+	}
+	sm.pid, _ = strconv.Atoi(rest[end[2]:end[3]])
+	sm.uid, _ = strconv.Atoi(rest[end[4]:end[5]])
+	body := rest[:end[0]]
+	memcg := sm.constraint == "CONSTRAINT_MEMCG" // the kernel prints oom_memcg then, else global_oom
+	seen := map[Memcgs]bool{}
+	add := func(r Memcgs) {
+		if !seen[r] {
+			seen[r] = true
+			sm.readings = append(sm.readings, r)
+		}
+	}
+	for _, k := range indexes(body, ",task=") {
+		if len(body)-k-len(",task=") > maxComm {
+			continue
+		}
+		head := body[:k]
+		for _, j := range indexes(head, ",task_memcg=") {
+			task := head[j+len(",task_memcg="):]
+			if !strings.HasPrefix(task, "/") {
+				continue
+			}
+			if !memcg {
+				if before, ok := strings.CutSuffix(head[:j], ",global_oom"); ok && memsAllowedRE.MatchString(before) {
+					add(Memcgs{Task: task})
+				}
+				continue
+			}
+			for _, i := range indexes(head[:j], ",oom_memcg=") {
+				oom := head[i+len(",oom_memcg=") : j]
+				if memsAllowedRE.MatchString(head[:i]) && strings.HasPrefix(oom, "/") && holds(oom, task) {
+					add(Memcgs{OOM: oom, Task: task})
+				}
+			}
+		}
+	}
+	return sm, true
+}
+
+// indexes are the positions of sep in s.
+func indexes(s, sep string) []int {
+	var out []int
+	for i := 0; ; {
+		j := strings.Index(s[i:], sep)
+		if j < 0 {
+			return out
+		}
+		out = append(out, i+j)
+		i += j + 1
+	}
+}
+
+// holds reports whether cgroup dir is cg or one of its ancestors.
+func holds(dir, cg string) bool {
+	return dir == "/" || cg == dir || strings.HasPrefix(cg, dir+"/")
+}
 
 // Parser assembles kills from records in the order the kernel wrote them.
 type Parser struct {
-	pending *Kill // from the oom-kill line, until its Killed process line
-	last    Kill  // the last kill the kernel chose
+	pending *summary // from the oom-kill line, until its Killed process line
+	last    Kill     // the last kill the kernel chose
 	// group is the cgroup whose every task the kernel kills with last (its
 	// memory.oom.group), until the next oom-kill line or groupWindow.
 	group string
 }
 
 // groupWindow bounds how long after its "Tasks in … are going to be killed"
-// line a Killed process line belongs to that group kill (the kernel kills
-// them at once; a later kill whose oom-kill line was rate-limited is not one).
+// line a Killed process line may belong to that group kill (the kernel kills
+// them at once, holding the OOM lock).
 const groupWindow = time.Second
 
-// Feed takes the next record; it returns the kill that record completes.
+// Feed takes the next record; it returns the kill that record completes
+// (or, Again, repeats).
 // Only the kernel's own records count: a process writing /dev/kmsg gets
 // another facility than the kernel's 0.
 func (p *Parser) Feed(r Record) (Kill, bool) {
@@ -118,19 +222,9 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 		p.last.Time = r.Time
 		return Kill{}, false
 	}
-	if m := oomKillRE.FindStringSubmatch(r.Msg); m != nil {
+	if sm, ok := parseSummary(r.Msg); ok {
 		p.group = ""
-		k := &Kill{Constraint: m[1]}
-		rest := "," + m[2]
-		if t := taskRE.FindStringSubmatchIndex(rest); t != nil {
-			k.Comm = rest[t[2]:t[3]]
-			k.Pid, _ = strconv.Atoi(rest[t[4]:t[5]])
-			k.UID, _ = strconv.Atoi(rest[t[6]:t[7]])
-			rest = rest[:t[0]]
-		}
-		k.OOMMemcg = field(rest, "oom_memcg")
-		k.TaskMemcg = field(rest, "task_memcg")
-		p.pending = k
+		p.pending = &sm
 		return Kill{}, false
 	}
 	m := killedRE.FindStringSubmatch(r.Msg)
@@ -139,16 +233,21 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	}
 	var k Kill
 	pid, _ := strconv.Atoi(m[1])
-	member := p.group != "" && p.pending == nil && r.Time-p.last.Time <= groupWindow
+	inGroup := p.group != "" && p.pending == nil && r.Time-p.last.Time <= groupWindow
 	switch {
-	case member && pid == p.last.Pid:
-		return Kill{}, false // the victim again, as one of its group
-	case member:
-		k = Kill{Constraint: p.last.Constraint, OOMMemcg: p.last.OOMMemcg, TaskMemcg: p.group, Group: true}
-	case p.pending != nil && p.pending.Pid == pid:
-		k = *p.pending
+	case inGroup && pid == p.last.Pid:
+		k := p.last
+		k.Seq, k.Time, k.Again = r.Seq, r.Time, true
+		return k, true
+	case inGroup:
+		k = Kill{GroupOf: p.group}
+	case p.pending != nil && p.pending.pid == pid:
+		k = Kill{Constraint: p.pending.constraint, Readings: p.pending.readings}
+		if len(k.Readings) == 1 {
+			k.OOMMemcg, k.TaskMemcg = k.Readings[0].OOM, k.Readings[0].Task
+		}
 	}
-	if !member {
+	if !inGroup {
 		p.group = ""
 	}
 	p.pending = nil
@@ -160,28 +259,13 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 		v, _ := strconv.ParseUint(m[i], 10, 64)
 		k.RSSKiB += v
 	}
-	if !member && k.Constraint == "" && strings.HasPrefix(r.Msg, "Memory cgroup out of memory") {
+	if k.Constraint == "" && strings.HasPrefix(r.Msg, "Memory cgroup out of memory") {
 		k.Constraint = "CONSTRAINT_MEMCG"
 	}
-	if !member {
+	if !inGroup {
 		p.last = k
 	}
 	return k, true
-}
-
-// field is key's value among the oom-kill line's ",key=value" fields; cgroup
-// paths hold no comma the kernel would not also print, so a value ends at
-// the next ",key=".
-func field(s, key string) string {
-	i := strings.Index(s, ","+key+"=")
-	if i < 0 {
-		return ""
-	}
-	v := s[i+len(key)+2:]
-	if j := strings.Index(v, ","); j >= 0 {
-		v = v[:j]
-	}
-	return v
 }
 
 // Reader reads /dev/kmsg from the newest record on.

@@ -2,6 +2,7 @@ package kmsg
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,8 @@ const (
 	groupLine  = "6,903,1000150,-;Tasks in /kubepods/podU/ctr are going to be killed due to memory.oom.group set"
 )
 
+var ctrReading = []Memcgs{{OOM: "/kubepods/podU/ctr", Task: "/kubepods/podU/ctr"}}
+
 func groupKill(seq, us int, prefix string, pid int, comm string) string {
 	return fmt.Sprintf("3,%d,%d,-;%s: Killed process %d (%s) total-vm:2260kB, anon-rss:4kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:28kB oom_score_adj:-997", seq, us, prefix, pid, comm)
 }
@@ -47,32 +50,60 @@ func TestParserKills(t *testing.T) {
 		want    []Kill
 	}{
 		{"memcg", []string{memcgLine, "4,9,9,-;some other line", memcgKill}, []Kill{{Seq: 901, Time: 1000100 * time.Microsecond,
-			Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80}}},
+			Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Readings: ctrReading, Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80}}},
 		{"global", []string{globalLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond,
-			Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
+			Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Readings: []Memcgs{{Task: "/system.slice/sshd.service"}}, Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
 		{"killed line alone", []string{globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
 		{"oom-kill line of another pid", []string{memcgLine, globalKill}, []Kill{{Seq: 903, Time: 2000100 * time.Microsecond, Pid: 77, Comm: "sshd", RSSKiB: 1000, PgTablesKiB: 40}}},
 		// A task's name is its own: it cannot move the pid, the score or the cgroups.
 		{"name forging fields", []string{
 			"6,1,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a,mems_allowed=0,oom_memcg=/kubepods/podU/ctr,task_memcg=/kubepods/podU/ctr,task=x,pid=1,task_memcg=/system.slice,pid=4242,uid=0",
 			"3,2,2,-;Memory cgroup out of memory: Killed process 4242 (a) oom_score_adj:-1000) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
-		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr",
+		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Readings: ctrReading,
 			Pid: 4242, Comm: "a) oom_score_adj:-1000", ScoreAdj: 900, RSSKiB: 1, PgTablesKiB: 1}}},
+		// A pod names its own cgroups: a child of A named so that the line
+		// reads as B's is A's, as holding cgroups tell.
+		{"cgroup name forging task_memcg", []string{
+			"6,1,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a,mems_allowed=0,oom_memcg=/kubepods/podU/A,task_memcg=/kubepods/podU/A/x,task_memcg=/kubepods/podU/B,task=hog,pid=4242,uid=0",
+			"3,2,2,-;Memory cgroup out of memory: Killed process 4242 (hog) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
+		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/A", TaskMemcg: "/kubepods/podU/A/x,task_memcg=/kubepods/podU/B",
+			Readings: []Memcgs{{OOM: "/kubepods/podU/A", Task: "/kubepods/podU/A/x,task_memcg=/kubepods/podU/B"}}, Pid: 4242, Comm: "hog", ScoreAdj: 900, RSSKiB: 1, PgTablesKiB: 1}}},
+		// A cpuset name cannot hold '/': what it forges reads as no path.
+		{"cpuset name forging the cgroups", []string{
+			"6,1,1,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=x,mems_allowed=0,global_oom,task_memcg=,mems_allowed=0,global_oom,task_memcg=/kubepods/podU/A,task=hog,pid=4242,uid=0",
+			"3,2,2,-;Out of memory: Killed process 4242 (hog) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
+		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_NONE", TaskMemcg: "/kubepods/podU/A", Readings: []Memcgs{{Task: "/kubepods/podU/A"}},
+			Pid: 4242, Comm: "hog", ScoreAdj: 900, RSSKiB: 1, PgTablesKiB: 1}}},
+		// Names nested to forge a whole second reading: both are read, and
+		// the caller is told it cannot tell from the text alone.
+		{"a second reading forged", []string{
+			"6,1,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a,mems_allowed=0,oom_memcg=/k/A,task_memcg=/k/A/x,mems_allowed=0,oom_memcg=/k/B,task_memcg=/k/B,task=hog,pid=4242,uid=0",
+			"3,2,2,-;Memory cgroup out of memory: Killed process 4242 (hog) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
+		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", Readings: []Memcgs{
+			{OOM: "/k/A", Task: "/k/A/x,mems_allowed=0,oom_memcg=/k/B,task_memcg=/k/B"}, {OOM: "/k/B", Task: "/k/B"}},
+			Pid: 4242, Comm: "hog", ScoreAdj: 900, RSSKiB: 1, PgTablesKiB: 1}}},
+		// The kernel cuts a record at 1 KiB: the task part of a line of
+		// long cgroup names is lost, and the kill reads as one without it.
+		{"cut at 1 KiB", []string{
+			"6,1,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=a,mems_allowed=0,oom_memcg=/k/A/" + strings.Repeat("n", 900),
+			"3,2,2,-;Memory cgroup out of memory: Killed process 4242 (hog) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:900",
+		}, []Kill{{Seq: 2, Time: 2 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: "hog", ScoreAdj: 900, RSSKiB: 1, PgTablesKiB: 1}}},
 		{"escaped name", []string{strings.Replace(memcgKill, "(python3)", `(\x1b[2Jx)`, 1)}, []Kill{{Seq: 901, Time: 1000100 * time.Microsecond,
 			Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: `\x1b[2Jx`, ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80}}},
 		// memory.oom.group: the kernel kills the rest of the victim's cgroup,
 		// and the victim again, as the 6.1 kernel logged it in the VM.
 		{"group kill", []string{memcgLine, memcgKill, groupLine, groupKill(904, 1000200, "Memory cgroup out of memory", 4200, "init"),
 			groupKill(905, 1500000, "Memory cgroup out of memory", 4242, "python3")}, []Kill{
-			{Seq: 901, Time: 1000100 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80},
-			{Seq: 904, Time: 1000200 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28, Group: true}}},
+			{Seq: 901, Time: 1000100 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Readings: ctrReading, Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80},
+			{Seq: 904, Time: 1000200 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", GroupOf: "/kubepods/podU/ctr", Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28},
+			{Seq: 905, Time: 1500000 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Readings: ctrReading, Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80, Again: true}}},
 		{"global group kill", []string{globalLine, strings.Replace(globalKill, "sshd", "hog", 1), strings.Replace(groupLine, "1000150", "2000150", 1),
 			groupKill(904, 2000200, "Memory cgroup out of memory", 4200, "init")}, []Kill{
-			{Seq: 903, Time: 2000100 * time.Microsecond, Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Pid: 77, Comm: "hog", RSSKiB: 1000, PgTablesKiB: 40},
-			{Seq: 904, Time: 2000200 * time.Microsecond, Constraint: "CONSTRAINT_NONE", TaskMemcg: "/kubepods/podU/ctr", Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28, Group: true}}},
+			{Seq: 903, Time: 2000100 * time.Microsecond, Constraint: "CONSTRAINT_NONE", TaskMemcg: "/system.slice/sshd.service", Readings: []Memcgs{{Task: "/system.slice/sshd.service"}}, Pid: 77, Comm: "hog", RSSKiB: 1000, PgTablesKiB: 40},
+			{Seq: 904, Time: 2000200 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", GroupOf: "/kubepods/podU/ctr", Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28}}},
 		// Past the window, a kill without its oom-kill line (rate-limited) is its own.
 		{"after the group", []string{memcgLine, memcgKill, groupLine, groupKill(904, 3000000, "Memory cgroup out of memory", 4242, "python3")}, []Kill{
-			{Seq: 901, Time: 1000100 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80},
+			{Seq: 901, Time: 1000100 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", OOMMemcg: "/kubepods/podU/ctr", TaskMemcg: "/kubepods/podU/ctr", Readings: ctrReading, Pid: 4242, Comm: "python3", ScoreAdj: 900, RSSKiB: 2304, PgTablesKiB: 80},
 			{Seq: 904, Time: 3000000 * time.Microsecond, Constraint: "CONSTRAINT_MEMCG", Pid: 4242, Comm: "python3", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28}}},
 		{"a group line alone", []string{groupLine, groupKill(904, 1000200, "Out of memory", 4200, "init")}, []Kill{
 			{Seq: 904, Time: 1000200 * time.Microsecond, Pid: 4200, Comm: "init", ScoreAdj: -997, RSSKiB: 4, PgTablesKiB: 28}}},
@@ -92,7 +123,7 @@ func TestParserKills(t *testing.T) {
 				t.Fatalf("kills %+v, want %+v", got, tc.want)
 			}
 			for i := range got {
-				if got[i] != tc.want[i] {
+				if !reflect.DeepEqual(got[i], tc.want[i]) {
 					t.Errorf("kill %d:\n got %+v\nwant %+v", i, got[i], tc.want[i])
 				}
 			}
@@ -119,8 +150,17 @@ func FuzzParse(f *testing.F) {
 		}
 		var p Parser
 		p.Feed(r)
-		if k, ok := p.Feed(r); ok && k.Pid < 0 {
+		k, ok := p.Feed(r)
+		if ok && k.Pid < 0 {
 			t.Fatalf("negative pid from %q", b)
+		}
+		for _, rd := range k.Readings {
+			if !strings.HasPrefix(rd.Task, "/") || rd.OOM != "" && !holds(rd.OOM, rd.Task) {
+				t.Fatalf("reading %+v from %q", rd, b)
+			}
+		}
+		if len(k.Readings) != 1 && (k.TaskMemcg != "" || k.OOMMemcg != "") {
+			t.Fatalf("cgroups %q %q from %d readings of %q", k.OOMMemcg, k.TaskMemcg, len(k.Readings), b)
 		}
 	})
 }

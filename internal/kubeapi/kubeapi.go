@@ -64,7 +64,12 @@ func FromFiles(server, tokenFile, caFile string) (*Client, error) {
 // in tokenFile (read at each request: projected tokens rotate).
 func NewClient(server, tokenFile string, tc *tls.Config) *Client {
 	tr := &http.Transport{TLSClientConfig: tc, MaxIdleConns: 2, IdleConnTimeout: time.Minute, ResponseHeaderTimeout: requestTime}
-	return &Client{server: strings.TrimSuffix(server, "/"), tokenFile: tokenFile, http: &http.Client{Transport: tr, Timeout: requestTime}}
+	return &Client{server: strings.TrimSuffix(server, "/"), tokenFile: tokenFile, http: &http.Client{Transport: tr, Timeout: requestTime, CheckRedirect: refuseRedirect}}
+}
+
+// refuseRedirect refuses every redirect: an API server does not redirect API calls, and net/http resends the token to the same host on any scheme or port.
+func refuseRedirect(req *http.Request, via []*http.Request) error {
+	return fmt.Errorf("refused a redirect to %s: an API server does not redirect API calls, and the service account's token must not follow one: give the API server's own address (--api-server, or the pod's KUBERNETES_SERVICE_HOST)", req.URL.Redacted())
 }
 
 // Error is the API server's answer to a request it did not do.

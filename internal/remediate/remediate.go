@@ -6,14 +6,17 @@
 package remediate
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/oomguard/oomguard/internal/changes"
-	"github.com/oomguard/oomguard/internal/kernel"
 )
 
 // Paths on the node.
@@ -33,12 +36,13 @@ const dropInHeader = "# Written by oomguard-doctor remediate: keeps OOM kills fr
 func sysctl(root, key string) changes.Value {
 	return changes.Value{
 		Key: key,
-		Get: func() (string, error) { return kernel.ReadSysctl(root, key) },
+		Get: func() (string, error) { return readSysctl(root, key) },
 		Put: func(v string) error {
-			if err := kernel.WriteSysctl(root, key, v); err != nil {
+			err := writeSysctl(root, key, v)
+			if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) {
 				return fmt.Errorf("%w (the node's /proc must be writable: a privileged container)", err)
 			}
-			return nil
+			return err
 		},
 		Same: func(a, b string) bool { return normal(a) == normal(b) },
 	}
@@ -70,7 +74,7 @@ func Apply(root string, fixes []string, dryRun bool, out io.Writer) (err error) 
 		case "oom_dump_tasks":
 			want["vm.oom_dump_tasks"] = "0"
 		case "printk":
-			cur, err := kernel.ReadSysctl(root, "kernel.printk")
+			cur, err := readSysctl(root, "kernel.printk")
 			if err != nil {
 				return fmt.Errorf("read kernel.printk: %w", err)
 			}

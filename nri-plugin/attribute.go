@@ -1,0 +1,186 @@
+package nriplugin
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/kmsg"
+)
+
+// What the plugin trusts in a kill, in this order: the killed process as
+// /proc still shows it (the very process: started by the kill's time), its
+// oom-kill record when the record reads one way only, and the kernel's own
+// counts of the kills in each container (memory.events oom_kill, or v1's
+// memory.oom_control) against the kills reported there. A cgroup path is
+// matched from the root down (containers.go), and a record's fields are
+// read so that no name supplies another field (kmsg). Where two containers
+// remain possible, the kill is reported unattributed, with them.
+
+// attribution is whose kill it was, and how the plugin knows.
+type attribution struct {
+	id     string
+	info   ctrInfo
+	known  bool   // a container the runtime told of
+	member bool   // killed for its cgroup's memory.oom.group, with the victim
+	cgroup string // the victim's cgroup, as far as known
+	by     string // what told: "process", "record" or "counters"
+	// candidates, when unsure: every container the kill may have been in.
+	candidates []ctrInfo
+}
+
+// unsure reports whether the kill could be in more than one container.
+func (a attribution) unsure() bool { return len(a.candidates) > 1 }
+
+// attribute finds the container k was in.
+func (p *Plugin) attribute(k kmsg.Kill, book *killBook) attribution {
+	if cg, ok := p.victimCgroup(k.Pid, k.Time); ok {
+		a := p.at(cg, "process")
+		a.member = k.GroupOf != "" && holds(k.GroupOf, cg)
+		return a
+	}
+	var ids []string
+	for _, r := range k.Readings {
+		if id := p.idAt(r.Task); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	switch {
+	case len(ids) == 1:
+		return p.at(k.Readings[0].Task, "record")
+	case len(ids) > 1:
+		return p.counted(book, ids)
+	}
+	a := p.counted(book, nil)
+	if k.GroupOf != "" && a.known && a.id == p.idAt(k.GroupOf) {
+		a.member, a.cgroup = true, k.GroupOf
+	}
+	return a
+}
+
+// at is the container cg is in.
+func (p *Plugin) at(cg, by string) attribution {
+	id, info, known := p.containerOf(cg)
+	return attribution{id: id, info: info, known: known, cgroup: cg, by: by}
+}
+
+// idAt is the known container cg is in, "" for none.
+func (p *Plugin) idAt(cg string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idAtLocked(cg)
+}
+
+// outside is a kill's candidate outside every pod.
+var outside = ctrInfo{name: "(a process outside every pod)"}
+
+// counted attributes a kill by the kernel's counters: among the places in
+// among ("" outside every pod; nil: anywhere), those whose count holds
+// kills not reported yet. One place is the kill's; several are candidates.
+func (p *Plugin) counted(book *killBook, among []string) attribution {
+	p.mu.Lock()
+	var ids []string
+	for id, c := range p.known {
+		if c.counted {
+			ids = append(ids, id)
+		}
+	}
+	p.mu.Unlock()
+	slices.Sort(ids)
+	var counting []string
+	var inPods uint64
+	for _, id := range ids {
+		n, ok := p.oomKillCount(id)
+		p.mu.Lock()
+		c, still := p.known[id]
+		p.mu.Unlock()
+		if ok && still && n > c.base+c.reported {
+			inPods += n - c.base - c.reported
+			if among == nil || slices.Contains(among, id) {
+				counting = append(counting, id)
+			}
+		}
+	}
+	if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods) {
+		counting = append(counting, "")
+	}
+	a := attribution{by: "counters"}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case len(counting) == 1 && counting[0] == "":
+	case len(counting) == 1:
+		a.id, a.info, a.known = counting[0], p.known[counting[0]], true
+	default:
+		for _, id := range counting {
+			if id == "" {
+				a.candidates = append(a.candidates, outside)
+			} else {
+				a.candidates = append(a.candidates, p.known[id])
+			}
+		}
+	}
+	return a
+}
+
+// killBook balances the kills the node counted (/proc/vmstat's oom_kill)
+// against the kills the plugin attributed: a kill not attributed that no
+// container's count holds was outside every pod. A kill reported
+// unattributed stays in the books of each of its candidates, so the kills
+// after it are as unsure as it was until the counts settle it.
+type killBook struct {
+	base       uint64
+	attributed uint64    // to one container, or outside every pod
+	ok         bool      // the node's count could be read
+	victim     string    // the container of the last victim the kernel chose
+	chosen     kmsg.Kill // that victim's kill: its group's members' OOM
+}
+
+// open starts the book at the node's count now.
+func (b *killBook) open(root string) {
+	n, err := kernel.NodeOOMKills(root)
+	*b = killBook{base: n, ok: err == nil}
+}
+
+// outside reports whether a kill not reported yet could be outside every
+// pod, inPods being the kills the containers' counts hold unreported.
+func (b *killBook) outside(root string, inPods uint64) bool {
+	n, err := kernel.NodeOOMKills(root)
+	if !b.ok || err != nil || n < b.base {
+		return true
+	}
+	return n-b.base > b.attributed+inPods
+}
+
+// victimCgroup is the cgroup of the killed process pid while /proc still
+// shows that very process (it started by the kill's time: not another
+// that got its pid since); false when it cannot tell: gone, or exiting on
+// cgroup v1, which /proc shows at the root.
+func (p *Plugin) victimCgroup(pid int, at time.Duration) (string, bool) {
+	n := p.node.Load()
+	d, err := kernel.OpenProc(p.root, pid)
+	if err != nil {
+		return "", false
+	}
+	defer d.Close()
+	start, err := d.Start()
+	if err != nil || time.Duration(start)*(time.Second/kernel.ClockTicks) > at+startSlack {
+		return "", false
+	}
+	cg, err := d.Cgroup(n.Mode())
+	cg = strings.TrimSuffix(cg, " (deleted)")
+	if err != nil || cg == "/" || cg == "" {
+		return "", false
+	}
+	return cg, true
+}
+
+// startSlack covers the start time's tick and the clocks' difference
+// (boot time against the log's monotonic time).
+const startSlack = 20 * time.Millisecond
+
+// holds reports whether cgroup dir is cg or one of its ancestors.
+func holds(dir, cg string) bool {
+	return dir == "/" || cg == dir || strings.HasPrefix(cg, dir+"/")
+}

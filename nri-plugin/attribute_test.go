@@ -1,0 +1,183 @@
+package nriplugin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/test/nriruntime"
+)
+
+// killed is a "Killed process" record alone, as the kernel writes it when
+// its rate limit dropped the oom-kill record, or for a group's member.
+func killed(seq, pid int, comm string) string {
+	return fmt.Sprintf("3,%d,%d,-;Memory cgroup out of memory: Killed process %d (%s) total-vm:1000kB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:900", seq, 1000+seq, pid, comm)
+}
+
+// summary is an oom-kill record naming the cgroups as given.
+func summary(seq int, oomMemcg, taskMemcg, comm string, pid int) string {
+	return fmt.Sprintf("6,%d,%d,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=%s,task_memcg=%s,task=%s,pid=%d,uid=0", seq, 1000+seq, oomMemcg, taskMemcg, comm, pid)
+}
+
+// Every kill is attributed to the container it happened in, or reported
+// unattributed with the containers it may have been in: never to another.
+// The evidence is the kernel's (counters, the record read every way); the
+// pod's is only what it names.
+func TestKillAttribution(t *testing.T) {
+	podA := nriruntime.KubeletPod("a", "ml", "guaranteed", "runc", nil)
+	podB := nriruntime.KubeletPod("b", "ml", "guaranteed", "runc", nil)
+	a := nriruntime.KubeletContainer(podA, "main", -997, "/sbin/init")
+	b := nriruntime.KubeletContainer(podB, "main", -997, "/sbin/init")
+	cgA, cgB := mustResolve(t, a.Linux.CgroupsPath), mustResolve(t, b.Linux.CgroupsPath)
+	idB := b.GetId()
+	for _, tc := range []struct {
+		name string
+		// records, and the kills the kernel counts in A, in B and outside
+		// every pod before record i is read.
+		records      []string
+		kills        map[int][3]int
+		want         []string // in the log, in order
+		events       []string
+		unattributed float64
+	}{
+		{
+			// memory.oom.group kills A's every process; within the second a
+			// kill in B whose oom-kill record was rate-limited: B's, no member of A.
+			name: "group kill in A, then B's kill without its record",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				killed(6, 6001, "other")},
+			kills: map[int][3]int{0: {3, 0, 0}, 5: {0, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`, `oom_group_member=true`,
+				`pod=ml/pod-b container=main pid=6001 command=other oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`, `attributed_by=counters`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main"},
+		},
+		{
+			// The same, read late: B's kill was counted before A's member
+			// was read; either line could be either's.
+			name: "group kill in A and B's kill, read late",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				killed(6, 6001, "other")},
+			kills: map[int][3]int{0: {3, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pid=5002 command=init`, `attributed=false candidates="ml/pod-a/main, ml/pod-b/main"`,
+				`pid=6001 command=other`, `attributed=false candidates="ml/pod-a/main, ml/pod-b/main"`},
+			events:       []string{"ml/pod-a main"},
+			unattributed: 2,
+		},
+		{
+			// Two containers counted kills their records do not name: a bare
+			// record could be either's, and so could the next.
+			name:    "two containers with unreported kills",
+			records: []string{killed(1, 5001, "x"), killed(2, 6001, "y")},
+			kills:   map[int][3]int{0: {1, 1, 0}},
+			want: []string{`pid=5001 command=x oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`,
+				`attributed=false candidates="ml/pod-a/main, ml/pod-b/main"`, `pid=6001 command=y`, `attributed=false candidates="ml/pod-a/main, ml/pod-b/main"`},
+			unattributed: 2,
+		},
+		{
+			// A child cgroup of A named after B's ID, or as B's scope.
+			name: "a child of A named after B",
+			records: []string{summary(1, cgA, cgA+"/"+idB, "hog", 5001), killed(2, 5001, "hog"),
+				summary(3, cgA, cgA+"/cri-containerd-"+idB+".scope", "hog", 5002), killed(4, 5002, "hog")},
+			kills:  map[int][3]int{0: {2, 0, 0}},
+			want:   []string{`pod=ml/pod-a container=main pid=5001`, `attributed_by=record`, `pod=ml/pod-a container=main pid=5002`},
+			events: []string{"ml/pod-a main", "ml/pod-a main"},
+		},
+		{
+			// A child of A named so that the record reads as B's.
+			name:    "a child of A naming a field",
+			records: []string{summary(1, cgA, cgA+"/x,task_memcg="+cgB, "hog", 5001), killed(2, 5001, "hog")},
+			kills:   map[int][3]int{0: {1, 0, 0}},
+			want:    []string{`pod=ml/pod-a container=main pid=5001`},
+			events:  []string{"ml/pod-a main"},
+		},
+		{
+			// The kernel cut the record at 1 KiB (long cgroup names): the
+			// counters tell.
+			name:    "a record cut at 1 KiB",
+			records: []string{fmt.Sprintf("6,1,1001,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=%s,task_memcg=%s/%s", cgA, cgA, strings.Repeat("n", 900)), killed(2, 5001, "hog")},
+			kills:   map[int][3]int{0: {1, 0, 0}},
+			want:    []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `attributed_by=counters`},
+			events:  []string{"ml/pod-a main"},
+		},
+		{
+			// A kill the node counted and no container did: outside every pod.
+			name:    "a kill outside every pod",
+			records: []string{killed(1, 7001, "daemon")},
+			kills:   map[int][3]int{0: {0, 0, 1}},
+			want:    []string{`pid=7001 command=daemon oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`, `attributed_by=counters`, `node_daemon=false`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := fixtureNode(t, []*api.Container{a, b}, 1)
+			events := filepath.Join(root, "sys/fs/cgroup", cgA, "memory.events")
+			eventsB := filepath.Join(root, "sys/fs/cgroup", cgB, "memory.events")
+			count := func(f string, n int) { os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644) }
+			vmstat := func(n int) {
+				os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
+			}
+			count(events, 10)
+			count(eventsB, 20)
+			vmstat(100)
+			cfg, err := config.Parse([]byte(readShipped(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
+			rec := &fakeRecorder{}
+			p.events = rec
+			for _, c := range []struct {
+				pod *api.PodSandbox
+				ctr *api.Container
+			}{{podA, a}, {podB, b}} {
+				if _, _, err := p.CreateContainer(context.Background(), c.pod, c.ctr); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.StartContainer(context.Background(), c.pod, c.ctr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var inA, inB, all int
+			before := map[int]func(){}
+			for i, k := range tc.kills {
+				before[i] = func() {
+					inA, inB, all = inA+k[0], inB+k[1], all+k[0]+k[1]+k[2]
+					count(events, 10+inA)
+					count(eventsB, 20+inB)
+					vmstat(100 + all)
+				}
+			}
+			src := &fakeKmsg{recs: tc.records, errs: make([]error, len(tc.records)), before: before}
+			p.watchKills(context.Background(), func() (kmsgSource, error) { return src, nil })
+			out := logs.String()
+			at := 0
+			for _, w := range tc.want {
+				i := strings.Index(out[at:], w)
+				if i < 0 {
+					t.Fatalf("the log has no %s after what came before:\n%s", w, out)
+				}
+				at += i
+			}
+			var got []string
+			for _, e := range rec.got {
+				got = append(got, strings.Join(strings.Fields(e)[:2], " "))
+			}
+			if strings.Join(got, ",") != strings.Join(tc.events, ",") {
+				t.Errorf("events on %q, want %q", got, tc.events)
+			}
+			if n := counted(t, p.m, "oomguard_oom_kills_unattributed_total"); n != tc.unattributed {
+				t.Errorf("unattributed kills %v, want %v", n, tc.unattributed)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -11,7 +12,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -26,7 +30,9 @@ import (
 	"github.com/oomguard/oomguard/test/webhooktest"
 )
 
-func init() { sections = append(sections, section{"webhook", benchWebhook}) }
+func init() {
+	sections = append(sections, section{"webhook", benchWebhook}, section{"webhook-memory", benchWebhookMemory})
+}
 
 // benchWebhook runs `imagepatch webhook` against Debian's registry: the
 // time to patch one image on demand (the first pod on it), the latency of
@@ -289,4 +295,156 @@ func baseline(dir, patch string) (*httptest.Server, *webhooktest.Webhook, error)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	srv.StartTLS()
 	return srv, &webhooktest.Webhook{URL: srv.URL + "/", CAPEM: caPEM}, nil
+}
+
+// memoryReviews is how many reviews benchWebhookMemory sends, each naming
+// a repository no other names.
+var memoryReviews = 1_000_000
+
+// benchWebhookMemory measures the resident memory of `imagepatch webhook`
+// under a million reviews, each naming a repository never named before: a
+// third not selected by --images, a third selected and named by tag (a
+// lookup in Debian's registry, which has no such repository), a third
+// selected and named by digest (a patch, the limits lifted: every cache
+// fills). Every cache is bounded, so memory must be flat: the goal is the
+// RSS after a million at most 1.25× that after a tenth of them, and under
+// half the chart's 128 MiB limit.
+func benchWebhookMemory(int) (bool, error) {
+	n := memoryReviews
+	if smoke {
+		n = 3000
+	}
+	bin, err := built("imagepatch")
+	if err != nil {
+		return false, err
+	}
+	return withRegistry("webhook-memory", func(dir string, reg *registrytest.Registry) (bool, error) {
+		port, err := controlplane.FreePort()
+		if err != nil {
+			return false, err
+		}
+		metrics := fmt.Sprintf("127.0.0.1:%d", port)
+		// The limits on patches lifted, so that every review naming a digest
+		// patches (and fails: there is no such image) and every cache fills.
+		wh, err := webhooktest.Start(bin, dir, "--insecure", "--images", reg.Host+"/bench/*", "--deadline", "5s", "--metrics-address", metrics,
+			"--max-concurrent-patches", "64", "--max-patches-per-minute", "100000000", "--max-patches-per-repository", "100000000")
+		if err != nil {
+			return false, err
+		}
+		defer wh.Stop()
+		review := func(i int) error {
+			var image string
+			switch i % 3 {
+			case 0:
+				image = fmt.Sprintf("registry.example/other/r%d/img:v1", i)
+			case 1:
+				image = fmt.Sprintf("%s/bench/r%d:v1", reg.Host, i)
+			default:
+				image = fmt.Sprintf("%s/bench/r%d@sha256:%064x", reg.Host, i, i)
+			}
+			body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u%d","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"ns%d","object":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"main","image":%q}]}}}}`, i, i, image)
+			_, err := wh.Review(context.Background(), []byte(body))
+			return err
+		}
+		type mark struct {
+			at       int
+			rss, hwm int64
+			took     time.Duration
+		}
+		var marks []mark
+		next := atomic.Int64{}
+		var failed atomic.Value
+		start := time.Now()
+		for _, at := range []int{n / 100, n / 10, n} {
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= at || failed.Load() != nil {
+							return
+						}
+						if err := review(i); err != nil {
+							failed.Store(fmt.Errorf("review %d: %w", i, err))
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err, _ := failed.Load().(error); err != nil {
+				return false, fmt.Errorf("%w\n%s", err, tail(wh.Log(), 20))
+			}
+			next.Store(int64(at))
+			rss, hwm, err := memoryOf(wh.Pid())
+			if err != nil {
+				return false, err
+			}
+			marks = append(marks, mark{at, rss, hwm, time.Since(start)})
+		}
+		mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+		fmt.Println("webhook-memory: imagepatch webhook's resident memory under reviews naming a new repository each (Debian's registry on loopback)")
+		fmt.Printf("  %-48s %10s %10s %10s\n", "", "RSS", "peak", "elapsed")
+		for _, m := range marks {
+			fmt.Printf("  %-48s %10s %10s %10s\n", fmt.Sprintf("after %d reviews", m.at), mib(m.rss), mib(m.hwm), m.took.Round(time.Second))
+		}
+		if states, err := scrape(metrics, "oomguard_webhook_images_total", "oomguard_webhook_throttled_total"); err == nil {
+			fmt.Printf("  answers: %s\n", states)
+		}
+		if caches, err := scrape(metrics, "oomguard_webhook_cache_entries", "go_memstats_heap_inuse_bytes"); err == nil {
+			fmt.Printf("  caches (at most 10000 each), heap: %s\n", caches)
+		}
+		last, tenth := marks[len(marks)-1], marks[1]
+		ok := float64(last.rss) <= 1.25*float64(tenth.rss) && last.hwm <= 64<<20
+		fmt.Printf("  %-48s %10.2f× %10s %10s %s\n", fmt.Sprintf("RSS after %d / after %d", last.at, tenth.at), float64(last.rss)/float64(tenth.rss), "", "≤ 1.25×", verdict(ok || smoke))
+		fmt.Printf("  %-48s %10s %10s %10s %s\n", "peak RSS", mib(last.hwm), "", "≤ 64 MiB", verdict(last.hwm <= 64<<20 || smoke))
+		return ok || smoke, nil
+	})
+}
+
+// memoryOf is a process's resident and peak resident memory in bytes.
+func memoryOf(pid int) (rss, hwm int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = kb << 10
+		case "VmHWM":
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm, sc.Err()
+}
+
+// scrape is the named series from a /metrics page, one line.
+func scrape(addr string, names ...string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		for _, n := range names {
+			if strings.HasPrefix(l, n) && !strings.HasSuffix(l, " 0") {
+				out = append(out, strings.TrimPrefix(strings.TrimPrefix(l, "oomguard_webhook_"), "go_memstats_"))
+			}
+		}
+	}
+	return strings.Join(out, ", "), sc.Err()
 }

@@ -45,6 +45,7 @@ type Result struct {
 	Base        string   `json:"base,omitempty"`   // what it was made from, repo@digest
 	Upgraded    bool     `json:"upgraded,omitempty"`
 	Dropped     []string `json:"dropped,omitempty"` // index entries left out
+	Note        string   `json:"note,omitempty"`    // why what the source claims to be was not believed
 	Error       string   `json:"error,omitempty"`
 }
 
@@ -54,11 +55,6 @@ type Patcher struct {
 	tmpl *template.Template
 	ropt []remote.Option
 	jobs int
-
-	// One puller and one pusher for every tag: a registry is pinged once per
-	// repository, and a blob is written to a repository once.
-	puller *remote.Puller
-	pusher *remote.Pusher
 
 	mu     sync.Mutex
 	layers map[string]v1.Layer // by arch and media type
@@ -106,14 +102,40 @@ func New(spec *Spec, opts ...Option) (*Patcher, error) {
 			return nil, err
 		}
 	}
-	var err error
-	if p.puller, err = remote.NewPuller(p.ropt...); err != nil {
-		return nil, err
-	}
-	if p.pusher, err = remote.NewPusher(p.ropt...); err != nil {
+	if _, err := p.newSession(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// session is one run's registry client: within it a repository is set up
+// (pinged, its token fetched) once and a blob written to it once. Each run
+// has its own, so one run's set-up with a slow registry holds no other
+// run or lookup, and what it keeps per repository goes with the run.
+type session struct {
+	puller *remote.Puller
+	pusher *remote.Pusher
+}
+
+func (p *Patcher) newSession() (*session, error) {
+	puller, err := remote.NewPuller(p.ropt...)
+	if err != nil {
+		return nil, fmt.Errorf("registry options: %w", err)
+	}
+	pusher, err := remote.NewPusher(p.ropt...)
+	if err != nil {
+		return nil, fmt.Errorf("registry options: %w", err)
+	}
+	return &session{puller, pusher}, nil
+}
+
+func (s *session) opts(ctx context.Context) []remote.Option {
+	return []remote.Option{remote.WithContext(ctx), remote.Reuse(s.puller), remote.Reuse(s.pusher)}
+}
+
+// lookup is the descriptor ref names now, with a client of its own.
+func (p *Patcher) lookup(ctx context.Context, ref name.Reference) (*v1.Descriptor, error) {
+	return remote.Head(ref, append(slices.Clone(p.ropt), remote.WithContext(ctx))...)
 }
 
 // Spec is the patch p applies.
@@ -181,14 +203,21 @@ func (p *Patcher) Run(ctx context.Context, srcs []name.Tag, apply bool, done fun
 
 func (p *Patcher) run(ctx context.Context, srcs []source, apply bool, done func(Result)) []Result {
 	out := make([]Result, len(srcs))
+	sess, err := p.newSession()
+	if err != nil {
+		for i, s := range srcs {
+			out[i] = Result{Source: s.read.String(), Action: ActionFailed, Error: err.Error()}
+		}
+		return out
+	}
 	builds := make([]*built, len(srcs))
 	p.each(len(srcs), func(i int) {
-		out[i], builds[i] = p.plan(ctx, srcs[i])
+		out[i], builds[i] = p.plan(ctx, sess, srcs[i])
 	})
 	refuseShared(out)
 	p.each(len(srcs), func(i int) {
 		if apply && out[i].Action == ActionPush {
-			switch err := p.push(ctx, builds[i].dst, builds[i]); {
+			switch err := p.push(ctx, sess, builds[i].dst, builds[i]); {
 			case errors.Is(err, errSame):
 				out[i].Action = ActionUnchanged
 			case errors.Is(err, errLost):
@@ -253,11 +282,12 @@ type built struct {
 	baseTag  name.Tag
 	upgraded bool
 	dst      name.Tag
+	note     string
 }
 
 // plan builds the result for src and says what pushing it would do. A
 // panic while building fails this source only.
-func (p *Patcher) plan(ctx context.Context, s source) (res Result, b *built) {
+func (p *Patcher) plan(ctx context.Context, sess *session, s source) (res Result, b *built) {
 	src := s.read
 	res = Result{Source: src.String()}
 	fail := func(err error) (Result, *built) {
@@ -269,8 +299,7 @@ func (p *Patcher) plan(ctx context.Context, s source) (res Result, b *built) {
 			res, b = fail(fmt.Errorf("internal error patching %s: %v", src, r))
 		}
 	}()
-	opts := p.opts(ctx)
-	b, skip, err := p.build(s, opts)
+	b, skip, err := p.build(ctx, sess, s)
 	if err != nil {
 		return fail(err)
 	}
@@ -278,12 +307,12 @@ func (p *Patcher) plan(ctx context.Context, s source) (res Result, b *built) {
 		res.Action, res.Error = ActionSkipped, skip
 		return res, nil
 	}
-	res.Digest, res.Base, res.Dropped, res.Upgraded = b.digest.String(), b.base, b.dropped, b.upgraded
+	res.Digest, res.Base, res.Dropped, res.Upgraded, res.Note = b.digest.String(), b.base, b.dropped, b.upgraded, b.note
 	if b.dst, err = p.DestinationTag(b.baseTag); err != nil {
 		return fail(err)
 	}
 	res.Destination = b.dst.String()
-	existing, ok, err := p.holds(ctx, b.dst)
+	existing, ok, err := p.holds(ctx, sess, b.dst)
 	switch {
 	case err != nil:
 		return fail(err)
@@ -298,24 +327,15 @@ func (p *Patcher) plan(ctx context.Context, s source) (res Result, b *built) {
 	return res, b
 }
 
-func (p *Patcher) opts(ctx context.Context) []remote.Option {
-	return []remote.Option{remote.WithContext(ctx), remote.Reuse(p.puller), remote.Reuse(p.pusher)}
-}
-
 // build makes the patched image or index for src, starting from the base
-// the source records when it is already an older version of this patch.
-func (p *Patcher) build(s source, opts []remote.Option) (*built, string, error) {
+// the source records when it is, verifiably, an older version of this patch.
+func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, string, error) {
 	src := s.read
-	desc, err := remote.Get(src, opts...)
+	desc, err := remote.Get(src, sess.opts(ctx)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("read %s: %w", src, err)
 	}
 	b := &built{baseTag: s.tag, base: src.Context().Digest(desc.Digest.String()).String()}
-	// What the source records, how to read its recorded base instead, and
-	// how to patch what was read.
-	var labels map[string]string
-	var reread func(name.Digest) error
-	var patch func() error
 	switch {
 	case desc.MediaType.IsIndex():
 		idx, err := desc.ImageIndex()
@@ -326,9 +346,25 @@ func (p *Patcher) build(s source, opts []remote.Option) (*built, string, error) 
 		if err != nil {
 			return nil, "", fmt.Errorf("read index %s: %w", src, err)
 		}
-		labels = im.Annotations
-		reread = func(base name.Digest) (err error) { idx, err = remote.Index(base, opts...); return err }
-		patch = func() error { return p.patchIndex(b, idx, desc.MediaType) }
+		base, skip, err := p.rebase(ctx, sess, b, im.Annotations, src, func(bd *remote.Descriptor) error {
+			if !bd.MediaType.IsIndex() {
+				return fmt.Errorf("that is %s, not an index", bd.MediaType)
+			}
+			bi, err := bd.ImageIndex()
+			if err != nil {
+				return err
+			}
+			return indexMadeFrom(idx, bi, p.spec.Name)
+		})
+		if err != nil || skip != "" {
+			return nil, skip, err
+		}
+		if base != nil {
+			if idx, err = base.ImageIndex(); err != nil {
+				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+			}
+		}
+		return b, "", p.patchIndex(b, idx, desc.MediaType)
 	case desc.MediaType.IsImage():
 		img, err := desc.Image()
 		var cfg *v1.ConfigFile
@@ -338,55 +374,191 @@ func (p *Patcher) build(s source, opts []remote.Option) (*built, string, error) 
 		if err != nil {
 			return nil, "", fmt.Errorf("read image %s: %w", src, err)
 		}
-		labels = cfg.Config.Labels
-		reread = func(base name.Digest) (err error) { img, err = remote.Image(base, opts...); return err }
-		patch = func() error {
-			if arch := cfg.Architecture; !p.spec.Supports(arch) {
-				return fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
+		base, skip, err := p.rebase(ctx, sess, b, cfg.Config.Labels, src, func(bd *remote.Descriptor) error {
+			if !bd.MediaType.IsImage() {
+				return fmt.Errorf("that is %s, not an image", bd.MediaType)
 			}
-			var err error
-			if b.img, err = p.patchImage(img, cfg.Architecture, b.base, b.baseTag); err != nil {
+			bi, err := bd.Image()
+			if err != nil {
 				return err
 			}
-			b.digest, err = b.img.Digest()
-			return err
+			return madeFrom(img, bi, p.spec.Name)
+		})
+		if err != nil || skip != "" {
+			return nil, skip, err
 		}
+		if base != nil {
+			if img, err = base.Image(); err != nil {
+				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+			}
+		}
+		if arch := cfg.Architecture; !p.spec.Supports(arch) {
+			return nil, "", fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
+		}
+		if b.img, err = p.patchImage(img, cfg.Architecture, b.base, b.baseTag); err != nil {
+			return nil, "", err
+		}
+		b.digest, err = b.img.Digest()
+		return b, "", err
 	default:
 		return nil, "", fmt.Errorf("%s is %s, not an image or an image index", src, desc.MediaType)
 	}
-	if skip, err := p.rebase(b, labels, src, reread); err != nil || skip != "" {
-		return nil, skip, err
-	}
-	return b, "", patch()
 }
 
-// rebase looks at what the source records. The same patch and version: the
-// source is a result, skip it. Another version: start from the recorded
-// base, which reread fetches in place of the source.
-func (p *Patcher) rebase(b *built, labels map[string]string, src name.Reference, reread func(name.Digest) error) (string, error) {
+// rebase weighs what the source says it is. Labels are the image's own,
+// and an image built FROM a patched one inherits them, so a claim counts
+// only where the registry bears it out: the recorded base, read by digest
+// from the source's repository, is what check finds the source made from
+// (the base and at most the patch's layer). Borne out, the same patch and
+// version is skipped, and another version starts from the base, returned
+// to be read in place of the source. Otherwise the source is patched as
+// the image it is, and b.note says why.
+func (p *Patcher) rebase(ctx context.Context, sess *session, b *built, labels map[string]string, src name.Reference, check func(*remote.Descriptor) error) (*remote.Descriptor, string, error) {
 	if labels[LabelName] != p.spec.Name {
-		return "", nil
+		return nil, "", nil
 	}
-	if labels[LabelVersion] == p.spec.Version {
-		return fmt.Sprintf("already %s %s (made from %s)", p.spec.Name, p.spec.Version, labels[LabelBaseName]), nil
+	version, baseName, baseDigest := labels[LabelVersion], labels[LabelBaseName], labels[LabelBaseDigest]
+	unverified := func(why string) (*remote.Descriptor, string, error) {
+		b.note = fmt.Sprintf("labelled %s %s made from %q, but %s: patched as the image it is", p.spec.Name, version, baseDigest, why)
+		return nil, "", nil
 	}
-	baseName, baseDigest := labels[LabelBaseName], labels[LabelBaseDigest]
-	if baseDigest == "" || baseName == "" {
-		return "", fmt.Errorf("%s carries %s %s but no recorded base: cannot patch it without stacking", src, p.spec.Name, labels[LabelVersion])
-	}
-	tag, err := name.NewTag(baseName, name.WeakValidation)
+	h, err := v1.NewHash(baseDigest)
 	if err != nil {
-		return "", fmt.Errorf("recorded base name %q: %w", baseName, err)
+		return unverified("that is not a digest")
 	}
-	// Keep the registry we reach the source by (it may be a mirror or http).
-	b.baseTag = src.Context().Tag(tag.TagStr())
-	base := src.Context().Digest(baseDigest)
-	b.base = base.String()
-	b.upgraded = true
-	if err := reread(base); err != nil {
-		return "", fmt.Errorf("read recorded base %s: %w", b.base, err)
+	base := src.Context().Digest(h.String())
+	bd, err := remote.Get(base, sess.opts(ctx)...)
+	switch {
+	case notFound(err):
+		return unverified(fmt.Sprintf("%s is not in its repository", base))
+	case err != nil:
+		return nil, "", fmt.Errorf("read %s's recorded base %s: %w", src, base, err)
 	}
-	return "", nil
+	if err := check(bd); err != nil {
+		return unverified(fmt.Sprintf("it was not made from that: %v", err))
+	}
+	if version == p.spec.Version {
+		return nil, fmt.Sprintf("already %s %s (made from %s)", p.spec.Name, version, base), nil
+	}
+	b.base, b.upgraded = base.String(), true
+	// Named after the recorded tag only while that tag holds the base (a
+	// tag moved since, or a name that is not the base's, must not take
+	// another image's destination); else after the base's digest. The
+	// registry we reach the source by is kept (a mirror, or http).
+	b.baseTag = DigestTag(base)
+	if tag, err := name.NewTag(baseName, name.WeakValidation); err == nil {
+		t := src.Context().Tag(tag.TagStr())
+		got, ok, err := p.holds(ctx, sess, t)
+		if err != nil {
+			return nil, "", fmt.Errorf("look up %s's recorded base name: %w", src, err)
+		}
+		if ok && got == h {
+			b.baseTag = t
+		}
+	}
+	return bd, "", nil
+}
+
+// madeFrom says why src is not base with at most one layer of the patch
+// named patch on it and nothing else a patch leaves alone changed: the
+// platform, base's layers and history first, its command, user and
+// working directory, its entrypoint at the end of src's.
+func madeFrom(src, base v1.Image, patch string) error {
+	sm, err := src.Manifest()
+	if err != nil {
+		return err
+	}
+	bm, err := base.Manifest()
+	if err != nil {
+		return err
+	}
+	extra := len(sm.Layers) - len(bm.Layers)
+	if extra < 0 || extra > 1 {
+		return fmt.Errorf("%d layers on a base of %d", len(sm.Layers), len(bm.Layers))
+	}
+	for i, l := range bm.Layers {
+		if sm.Layers[i].Digest != l.Digest {
+			return fmt.Errorf("layer %d is %s, the base's %s", i, sm.Layers[i].Digest, l.Digest)
+		}
+	}
+	sc, err := src.ConfigFile()
+	if err != nil {
+		return err
+	}
+	bc, err := base.ConfigFile()
+	if err != nil {
+		return err
+	}
+	switch {
+	case sc.OS != bc.OS || sc.Architecture != bc.Architecture || sc.Variant != bc.Variant:
+		return fmt.Errorf("%s/%s, the base %s/%s", sc.OS, sc.Architecture, bc.OS, bc.Architecture)
+	case len(sc.History) != len(bc.History)+extra:
+		return fmt.Errorf("%d history entries on the base's %d", len(sc.History), len(bc.History))
+	case len(sc.RootFS.DiffIDs) != len(bc.RootFS.DiffIDs)+extra || !slices.Equal(sc.RootFS.DiffIDs[:len(bc.RootFS.DiffIDs)], bc.RootFS.DiffIDs):
+		return errors.New("its layers' contents are not the base's")
+	case !slices.Equal(sc.Config.Cmd, bc.Config.Cmd) || sc.Config.User != bc.Config.User || sc.Config.WorkingDir != bc.Config.WorkingDir:
+		return errors.New("its command, user or working directory is not the base's")
+	case len(sc.Config.Entrypoint) < len(bc.Config.Entrypoint) || !slices.Equal(sc.Config.Entrypoint[len(sc.Config.Entrypoint)-len(bc.Config.Entrypoint):], bc.Config.Entrypoint):
+		return errors.New("its entrypoint does not end with the base's")
+	}
+	for i, h := range bc.History {
+		s := sc.History[i]
+		if s.CreatedBy != h.CreatedBy || s.Comment != h.Comment || s.Author != h.Author || s.EmptyLayer != h.EmptyLayer || !s.Created.Equal(h.Created.Time) {
+			return fmt.Errorf("history entry %d (%q) is not the base's", i, s.CreatedBy)
+		}
+	}
+	if extra == 1 && !strings.HasPrefix(sc.History[len(sc.History)-1].CreatedBy, "imagepatch "+patch+" ") {
+		return fmt.Errorf("its last layer was made by %q, not by imagepatch %s", sc.History[len(sc.History)-1].CreatedBy, patch)
+	}
+	return nil
+}
+
+// indexMadeFrom says why src is not base's index patched: each entry
+// either one of base's as it was or an image madeFrom base's entry for
+// the same platform, each of those used once.
+func indexMadeFrom(src, base v1.ImageIndex, patch string) error {
+	sm, err := src.IndexManifest()
+	if err != nil {
+		return err
+	}
+	bm, err := base.IndexManifest()
+	if err != nil {
+		return err
+	}
+	kept := map[v1.Hash]bool{}
+	byPlatform := map[string]v1.Descriptor{}
+	for _, d := range bm.Manifests {
+		kept[d.Digest] = true
+		if d.MediaType.IsImage() && d.Platform != nil {
+			byPlatform[d.Platform.String()] = d
+		}
+	}
+	for _, d := range sm.Manifests {
+		if kept[d.Digest] {
+			continue
+		}
+		if !d.MediaType.IsImage() || d.Platform == nil {
+			return fmt.Errorf("entry %s is neither the base's nor a patched image", d.Digest)
+		}
+		plat := d.Platform.String()
+		bd, ok := byPlatform[plat]
+		if !ok {
+			return fmt.Errorf("the base has no %s entry (or two entries were made from it)", plat)
+		}
+		delete(byPlatform, plat)
+		si, err := src.Image(d.Digest)
+		if err != nil {
+			return err
+		}
+		bi, err := base.Image(bd.Digest)
+		if err != nil {
+			return err
+		}
+		if err := madeFrom(si, bi, patch); err != nil {
+			return fmt.Errorf("its %s entry: %w", plat, err)
+		}
+	}
+	return nil
 }
 
 func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) error {
@@ -556,16 +728,21 @@ var (
 )
 
 // holds is what dst holds now: its digest, or false when it does not exist.
-func (p *Patcher) holds(ctx context.Context, dst name.Tag) (v1.Hash, bool, error) {
-	d, err := remote.Head(dst, p.opts(ctx)...)
-	var terr *transport.Error
+func (p *Patcher) holds(ctx context.Context, sess *session, dst name.Tag) (v1.Hash, bool, error) {
+	d, err := remote.Head(dst, sess.opts(ctx)...)
 	switch {
 	case err == nil:
 		return d.Digest, true, nil
-	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+	case notFound(err):
 		return v1.Hash{}, false, nil
 	}
 	return v1.Hash{}, false, fmt.Errorf("check %s: %w", dst, err)
+}
+
+// notFound is a registry's 404: no such tag, manifest or repository.
+func notFound(err error) bool {
+	var terr *transport.Error
+	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
 }
 
 // push writes the result, checking just before that the tag is still free
@@ -575,8 +752,8 @@ func (p *Patcher) holds(ctx context.Context, dst name.Tag) (v1.Hash, bool, error
 // An image needs only its config and manifest written, and the patch layer
 // once per repository: its base layers are the source's, in the same
 // repository. An index goes through remote.WriteIndex.
-func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
-	switch got, ok, err := p.holds(ctx, dst); {
+func (p *Patcher) push(ctx context.Context, sess *session, dst name.Tag, b *built) error {
+	switch got, ok, err := p.holds(ctx, sess, dst); {
 	case err != nil:
 		return err
 	case ok && got == b.digest:
@@ -584,10 +761,10 @@ func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
 	case ok:
 		return fmt.Errorf("%w: %s holds %s, not this run's %s: another writer pushed it after this run planned; left alone", errLost, dst, got, b.digest)
 	}
-	if err := p.write(ctx, dst, b); err != nil {
+	if err := p.write(ctx, sess, dst, b); err != nil {
 		return err
 	}
-	switch got, ok, err := p.holds(ctx, dst); {
+	switch got, ok, err := p.holds(ctx, sess, dst); {
 	case err != nil:
 		return fmt.Errorf("after the push: %w", err)
 	case !ok || got != b.digest:
@@ -596,9 +773,9 @@ func (p *Patcher) push(ctx context.Context, dst name.Tag, b *built) error {
 	return nil
 }
 
-func (p *Patcher) write(ctx context.Context, dst name.Tag, b *built) error {
+func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *built) error {
 	if b.idx != nil {
-		if err := remote.WriteIndex(dst, b.idx, p.opts(ctx)...); err != nil {
+		if err := remote.WriteIndex(dst, b.idx, sess.opts(ctx)...); err != nil {
 			return fmt.Errorf("push %s: %w", dst, err)
 		}
 		return nil
@@ -608,7 +785,7 @@ func (p *Patcher) write(ctx context.Context, dst name.Tag, b *built) error {
 		return err
 	}
 	if len(p.spec.Files) > 0 {
-		if err := p.pusher.Upload(ctx, dst.Context(), ls[len(ls)-1]); err != nil {
+		if err := sess.pusher.Upload(ctx, dst.Context(), ls[len(ls)-1]); err != nil {
 			return fmt.Errorf("upload the patch layer to %s: %w", dst.Context(), err)
 		}
 	}
@@ -616,11 +793,11 @@ func (p *Patcher) write(ctx context.Context, dst name.Tag, b *built) error {
 	if err != nil {
 		return err
 	}
-	if err := p.pusher.Upload(ctx, dst.Context(), cl); err != nil {
+	if err := sess.pusher.Upload(ctx, dst.Context(), cl); err != nil {
 		return fmt.Errorf("upload the config of %s: %w", dst, err)
 	}
 	// Put, not Push: the tag was just seen free.
-	if err := p.pusher.Put(ctx, dst, b.img); err != nil {
+	if err := sess.pusher.Put(ctx, dst, b.img); err != nil {
 		return fmt.Errorf("push %s: %w", dst, err)
 	}
 	return nil

@@ -7,18 +7,18 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // State is how a Resolver answered.
 type State string
 
 const (
-	StateCached  State = "cached"  // from the cache, no registry call but a tag's lookup
-	StatePatched State = "patched" // found in the registry or pushed, within the deadline
-	StatePending State = "pending" // still being patched when the caller's deadline came
-	StateSkipped State = "skipped" // the source is this patch's result already
-	StateFailed  State = "failed"
+	StateCached    State = "cached"    // from the cache, no registry call but a tag's lookup
+	StatePatched   State = "patched"   // found in the registry or pushed, within the deadline
+	StatePending   State = "pending"   // still being looked up or patched when the caller's deadline came
+	StateSkipped   State = "skipped"   // the source is this patch's result already
+	StateThrottled State = "throttled" // not patched now: a limit on the work callers cause was reached
+	StateFailed    State = "failed"
 )
 
 // Resolution is which patched image runs in place of a source.
@@ -28,17 +28,44 @@ type Resolution struct {
 	Patched      string `json:"patched,omitempty"`      // repo@digest, the source's repository
 	State        State  `json:"state"`
 	Action       Action `json:"action,omitempty"` // the patcher's, when it ran
+	Limit        string `json:"limit,omitempty"`  // the limit reached, when throttled
+	Note         string `json:"note,omitempty"`   // the patcher's, when it did not believe the source's labels
 	Error        string `json:"error,omitempty"`
 }
+
+// The limits a Resolver's throttled answers name.
+const (
+	LimitConcurrent = "concurrent" // patches at once
+	LimitRate       = "rate"       // patches started per minute
+	LimitRepository = "repository" // patches started per minute for one source repository
+	LimitLookups    = "lookups"    // tag lookups at once
+)
+
+// Limits bound the registry work callers of a Resolver can cause, and its
+// memory. A patch is started only within all of them; a caller past one is
+// answered at once, StateThrottled, and nothing is queued.
+type Limits struct {
+	Concurrent    int // patches at once
+	PerMinute     int // patches started per minute, overall
+	PerRepository int // patches started per minute for one source repository
+	Lookups       int // tag lookups at once
+	// Cached bounds each cache (tags, results, failures, per-repository
+	// rates): the least recently used entry makes room.
+	Cached int
+}
+
+// DefaultLimits are a Resolver's unless set.
+var DefaultLimits = Limits{Concurrent: 4, PerMinute: 30, PerRepository: 5, Lookups: 32, Cached: 10000}
 
 // Resolver answers, as admission asks it, which patched image runs in place
 // of a source: from a cache keyed by the source's digest, else by the
 // patcher, which finds the destination holding exactly this patch of this
 // source (no registry write: a result's digest depends only on the source
-// and the spec) or pushes it. A caller waits until its context ends; the
-// patch goes on in the background and fills the cache. One source is
-// patched once at a time here; replicas elsewhere that patch it too push the
-// same digest to the same tag.
+// and the spec) or pushes it. A caller waits on nothing but its own
+// context: tag lookups and patches run in the background, each with a
+// registry client of its own and a timeout of its own, and fill the cache.
+// One source is patched once at a time here; replicas elsewhere that patch
+// it too push the same digest to the same tag.
 type Resolver struct {
 	p *Patcher
 	// TagTTL is how long a tag's digest is trusted before it is looked up
@@ -46,16 +73,24 @@ type Resolver struct {
 	TagTTL time.Duration
 	// FailedTTL is how long a source that failed is not tried again.
 	FailedTTL time.Duration
-	// PatchTimeout bounds one patch in the background.
-	PatchTimeout time.Duration
+	// PatchTimeout bounds one patch in the background, LookupTimeout one
+	// tag's lookup.
+	PatchTimeout, LookupTimeout time.Duration
+	// Limits bound the work and memory; set them before the first Resolve.
+	Limits Limits
 	// Finished, when set, hears of every patch that ran, with its duration.
 	Finished func(Resolution, time.Duration)
 
+	once     sync.Once
 	mu       sync.Mutex
-	tags     map[string]pinned  // tag → digest, when looked up
-	patched  map[string]string  // source repo@digest → patched repo@digest
-	failed   map[string]failure // source repo@digest → why, until FailedTTL
-	inflight map[string]*flight
+	tags     *lru[string, pinned]    // tag → digest, when looked up
+	patched  *lru[string, string]    // source repo@digest → patched repo@digest
+	results  *lru[string, struct{}]  // patched repo@digest: a pod already on it
+	failed   *lru[string, failure]   // source repo@digest → why, until FailedTTL
+	repos    *lru[string, *bucket]   // source repository → its patches' rate
+	rate     bucket                  // every patch's rate
+	lookups  map[string]*flight      // tag → its lookup, at most Limits.Lookups
+	inflight map[string]*patchFlight // source repo@digest → its patch, at most Limits.Concurrent
 }
 
 type failure struct {
@@ -68,68 +103,141 @@ type pinned struct {
 	at     time.Time
 }
 
+// flight is a tag's lookup in the background.
 type flight struct {
+	done   chan struct{}
+	digest name.Digest
+	err    error
+}
+
+// patchFlight is a source's patch in the background.
+type patchFlight struct {
 	done chan struct{}
 	res  Resolution
 }
 
-// maxCached bounds each of the Resolver's maps: a cluster names many
-// images, and a full map is emptied rather than grown.
-const maxCached = 10000
-
 // NewResolver makes a Resolver over p.
 func NewResolver(p *Patcher) *Resolver {
-	return &Resolver{p: p, TagTTL: time.Minute, FailedTTL: 5 * time.Minute, PatchTimeout: 10 * time.Minute,
-		tags: map[string]pinned{}, patched: map[string]string{}, failed: map[string]failure{}, inflight: map[string]*flight{}}
+	return &Resolver{p: p, TagTTL: time.Minute, FailedTTL: 5 * time.Minute, PatchTimeout: 10 * time.Minute, LookupTimeout: 30 * time.Second,
+		Limits: DefaultLimits}
 }
 
-// Cached answers from the cache only, with no registry call at all when
-// the source is pinned by digest (a dry run must have no side effect).
-func (r *Resolver) Cached(ref name.Reference) (Resolution, bool) {
-	res := Resolution{Source: ref.String()}
-	var key string
+func (r *Resolver) init() {
+	r.once.Do(func() {
+		l := &r.Limits
+		d := DefaultLimits
+		for _, f := range []struct {
+			v   *int
+			def int
+		}{{&l.Concurrent, d.Concurrent}, {&l.PerMinute, d.PerMinute},
+			{&l.PerRepository, d.PerRepository}, {&l.Lookups, d.Lookups}, {&l.Cached, d.Cached}} {
+			if *f.v <= 0 {
+				*f.v = f.def
+			}
+		}
+		r.tags, r.patched, r.results = newLRU[string, pinned](l.Cached), newLRU[string, string](l.Cached), newLRU[string, struct{}](l.Cached)
+		r.failed, r.repos = newLRU[string, failure](l.Cached), newLRU[string, *bucket](l.Cached)
+		r.lookups, r.inflight = map[string]*flight{}, map[string]*patchFlight{}
+	})
+}
+
+// Sizes is how many entries each cache and flight table holds now.
+func (r *Resolver) Sizes() map[string]int {
+	r.init()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch ref := ref.(type) {
-	case name.Digest:
-		key = ref.String()
-	case name.Tag:
-		p, ok := r.tags[ref.String()]
-		if !ok || time.Since(p.at) > r.TagTTL {
-			return res, false
-		}
-		key = p.digest.String()
+	return map[string]int{"tags": r.tags.len(), "patched": r.patched.len(), "results": r.results.len(), "failed": r.failed.len(),
+		"repositories": r.repos.len(), "lookups": len(r.lookups), "patches": len(r.inflight)}
+}
+
+// Cached answers from the cache only, with no registry call at all (a dry
+// run must have no side effect).
+func (r *Resolver) Cached(ref name.Reference) (Resolution, bool) {
+	r.init()
+	res := Resolution{Source: ref.String()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key, ok := r.pinnedLocked(ref)
+	if !ok {
+		return res, false
 	}
-	d, ok := r.patched[key]
+	d, ok := r.patched.get(key)
 	res.SourceDigest, res.Patched, res.State = key, d, StateCached
 	return res, ok
 }
 
+// pinnedLocked is the digest ref names, when known without a lookup.
+func (r *Resolver) pinnedLocked(ref name.Reference) (string, bool) {
+	switch ref := ref.(type) {
+	case name.Digest:
+		return ref.String(), true
+	case name.Tag:
+		p, ok := r.tags.get(ref.String())
+		if !ok || time.Since(p.at) > r.TagTTL {
+			return "", false
+		}
+		return p.digest.String(), true
+	}
+	return "", false
+}
+
 // Resolve says which image runs in place of ref, patching it if needed;
-// past ctx's deadline it answers StatePending and the patch goes on.
+// at ctx's end it answers StatePending and the work goes on.
 func (r *Resolver) Resolve(ctx context.Context, ref name.Reference) Resolution {
+	r.init()
 	res := Resolution{Source: ref.String()}
-	src, as, err := r.pin(ctx, ref)
-	if err != nil {
-		res.State, res.Error = StateFailed, err.Error()
+	var src name.Digest
+	var as name.Tag
+	switch ref := ref.(type) {
+	case name.Digest:
+		src, as = ref, DigestTag(ref)
+	case name.Tag:
+		d, state, err := r.pin(ctx, ref)
+		switch {
+		case state == StateThrottled:
+			res.State, res.Limit = state, LimitLookups
+			return res
+		case err != nil:
+			res.State, res.Error = state, err.Error()
+			return res
+		case state != "":
+			res.State = state
+			return res
+		}
+		src, as = d, ref
+	default:
+		res.State, res.Error = StateFailed, fmt.Sprintf("%s: neither a tag nor a digest", ref)
 		return res
 	}
 	key := src.String()
 	res.SourceDigest = key
 	r.mu.Lock()
-	if d, ok := r.patched[key]; ok {
+	if d, ok := r.patched.get(key); ok {
 		r.mu.Unlock()
 		res.Patched, res.State = d, StateCached
 		return res
 	}
-	if f, ok := r.failed[key]; ok && time.Since(f.at) < r.FailedTTL {
+	if _, ok := r.results.get(key); ok {
 		r.mu.Unlock()
-		f.res.Source = res.Source
-		return f.res
+		res.State = StateSkipped
+		return res
+	}
+	if f, ok := r.failed.get(key); ok {
+		if time.Since(f.at) < r.FailedTTL {
+			r.mu.Unlock()
+			f.res.Source = res.Source
+			return f.res
+		}
+		r.failed.remove(key)
 	}
 	f, ok := r.inflight[key]
 	if !ok {
-		f = &flight{done: make(chan struct{})}
+		if limit := r.admitLocked(src.Context().String(), time.Now()); limit != "" {
+			r.mu.Unlock()
+			res.State, res.Limit = StateThrottled, limit
+			return res
+		}
+		f = &patchFlight{done: make(chan struct{})}
 		r.inflight[key] = f
 		go r.patch(key, src, as, f)
 	}
@@ -145,40 +253,84 @@ func (r *Resolver) Resolve(ctx context.Context, ref name.Reference) Resolution {
 	}
 }
 
-// pin is the digest ref names now and the tag its result is named after.
-func (r *Resolver) pin(ctx context.Context, ref name.Reference) (name.Digest, name.Tag, error) {
-	switch ref := ref.(type) {
-	case name.Digest:
-		return ref, DigestTag(ref), nil
-	case name.Tag:
-		r.mu.Lock()
-		p, ok := r.tags[ref.String()]
-		r.mu.Unlock()
-		if ok && time.Since(p.at) <= r.TagTTL {
-			return p.digest, ref, nil
-		}
-		desc, err := remote.Head(ref, r.p.opts(ctx)...)
-		if err != nil {
-			return name.Digest{}, ref, fmt.Errorf("look up %s: %w", ref, err)
-		}
-		d := ref.Context().Digest(desc.Digest.String())
-		r.mu.Lock()
-		if len(r.tags) >= maxCached {
-			clear(r.tags)
-		}
-		r.tags[ref.String()] = pinned{d, time.Now()}
-		r.mu.Unlock()
-		return d, ref, nil
+// admitLocked starts a patch of a source in repo within the limits, or
+// names the limit it would pass.
+func (r *Resolver) admitLocked(repo string, now time.Time) string {
+	l := r.Limits
+	if len(r.inflight) >= l.Concurrent {
+		return LimitConcurrent
 	}
-	return name.Digest{}, name.Tag{}, fmt.Errorf("%s: neither a tag nor a digest", ref)
+	if !r.rate.fill(now, l.PerMinute) {
+		return LimitRate
+	}
+	b, ok := r.repos.get(repo)
+	if !ok {
+		b = &bucket{}
+		r.repos.add(repo, b)
+	}
+	if !b.fill(now, l.PerRepository) {
+		return LimitRepository
+	}
+	r.rate.take()
+	b.take()
+	return ""
 }
 
-func (r *Resolver) patch(key string, src name.Digest, as name.Tag, f *flight) {
+// pin is the digest a tag names now: from the cache, or from a lookup in
+// the background that the caller waits for until ctx ends (state pending),
+// or none when too many are in flight (throttled) or it failed.
+func (r *Resolver) pin(ctx context.Context, tag name.Tag) (name.Digest, State, error) {
+	r.init()
+	key := tag.String()
+	r.mu.Lock()
+	if p, ok := r.tags.get(key); ok && time.Since(p.at) <= r.TagTTL {
+		r.mu.Unlock()
+		return p.digest, "", nil
+	}
+	f, ok := r.lookups[key]
+	if !ok {
+		if len(r.lookups) >= r.Limits.Lookups {
+			r.mu.Unlock()
+			return name.Digest{}, StateThrottled, nil
+		}
+		f = &flight{done: make(chan struct{})}
+		r.lookups[key] = f
+		go r.lookup(key, tag, f)
+	}
+	r.mu.Unlock()
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return name.Digest{}, StateFailed, f.err
+		}
+		return f.digest, "", nil
+	case <-ctx.Done():
+		return name.Digest{}, StatePending, nil
+	}
+}
+
+func (r *Resolver) lookup(key string, tag name.Tag, f *flight) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.LookupTimeout)
+	defer cancel()
+	desc, err := r.p.lookup(ctx, tag)
+	r.mu.Lock()
+	if err != nil {
+		f.err = fmt.Errorf("look up %s: %w", tag, err)
+	} else {
+		f.digest = tag.Context().Digest(desc.Digest.String())
+		r.tags.add(key, pinned{f.digest, time.Now()})
+	}
+	delete(r.lookups, key)
+	r.mu.Unlock()
+	close(f.done)
+}
+
+func (r *Resolver) patch(key string, src name.Digest, as name.Tag, f *patchFlight) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), r.PatchTimeout)
 	defer cancel()
 	res := r.p.ApplyRef(ctx, src, as)
-	out := Resolution{Source: src.String(), SourceDigest: key, Action: res.Action, Error: res.Error}
+	out := Resolution{Source: src.String(), SourceDigest: key, Action: res.Action, Note: res.Note, Error: res.Error}
 	switch res.Action {
 	case ActionPush, ActionUnchanged:
 		// The destination is in the source's repository: the pod's pull
@@ -192,15 +344,10 @@ func (r *Resolver) patch(key string, src name.Digest, as name.Tag, f *flight) {
 	r.mu.Lock()
 	switch out.State {
 	case StatePatched:
-		if len(r.patched) >= maxCached {
-			clear(r.patched)
-		}
-		r.patched[key] = out.Patched
+		r.patched.add(key, out.Patched)
+		r.results.add(out.Patched, struct{}{})
 	case StateFailed, StateSkipped:
-		if len(r.failed) >= maxCached {
-			clear(r.failed)
-		}
-		r.failed[key] = failure{out, time.Now()}
+		r.failed.add(key, failure{out, time.Now()})
 	}
 	delete(r.inflight, key)
 	r.mu.Unlock()

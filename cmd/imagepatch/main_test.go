@@ -23,6 +23,10 @@ func TestUsage(t *testing.T) {
 		{[]string{"resolve"}, 2, "", "want IMAGE"},
 		{[]string{"apply", "--tags", "v*"}, 2, "", "give --repo"},
 		{[]string{"spec", "x"}, 2, "", `unexpected argument "x"`},
+		{[]string{"webhook", "-h"}, 0, "--max-patches-per-repository N", ""},
+		{[]string{"webhook", "--images", "r.example/*", "--tls-cert-file", "c", "--tls-key-file", "k", "--max-concurrent-patches", "0"}, 2, "", "take 1 or more"},
+		{[]string{"webhook", "--images", "r.example/*", "--tls-cert-file", "c", "--tls-key-file", "k", "--client-names", "kube-apiserver"}, 2, "", "--client-names needs --client-ca"},
+		{[]string{"webhook", "--images", "r.example/*", "--tls-cert-file", "c", "--tls-key-file", "k", "--client-ca", "/nonexistent/ca.crt"}, 1, "", "the client CA /nonexistent/ca.crt (--client-ca)"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)

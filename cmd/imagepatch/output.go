@@ -75,7 +75,7 @@ func summary(w io.Writer, results []imagepatch.Result, plan bool) {
 		if plan && r.Action == imagepatch.ActionPush {
 			action = "would push"
 		}
-		note := r.Error
+		note := strings.TrimSpace(r.Error + " " + r.Note)
 		if r.Upgraded {
 			note = strings.TrimSpace("from recorded base " + r.Base + " " + note)
 		}

@@ -18,6 +18,8 @@ import (
 type webhookFlags struct {
 	listen, metrics, cert, key, images, skip string
 	deadline, tagTTL                         time.Duration
+	limits                                   imagepatch.Limits
+	clientCA, clientNames                    string
 
 	secret, config, hosts, apiServer, apiToken, apiCA string
 	validity                                          time.Duration
@@ -45,6 +47,13 @@ func webhookCmd() *cli.Command {
 			fs.StringVar(&w.skip, "skip-namespaces", os.Getenv("POD_NAMESPACE"), "comma-separated `NAMESPACES` never mutated besides kube-system (default: $POD_NAMESPACE, its own)")
 			fs.DurationVar(&w.deadline, "deadline", 5*time.Second, "answer a review within this long; images not patched by then run unpatched and are patched in the background (keep it below the webhook's timeoutSeconds)")
 			fs.DurationVar(&w.tagTTL, "tag-ttl", time.Minute, "trust a tag's digest this long before looking it up again")
+			d := imagepatch.DefaultLimits
+			fs.IntVar(&w.limits.Concurrent, "max-concurrent-patches", d.Concurrent, "patch at most `N` images at once; a review of another new image gets it unpatched at once, with a warning")
+			fs.IntVar(&w.limits.PerMinute, "max-patches-per-minute", d.PerMinute, "start at most `N` patches a minute; beyond that, as above")
+			fs.IntVar(&w.limits.PerRepository, "max-patches-per-repository", d.PerRepository, "start at most `N` patches a minute of images of one repository; beyond that, as above")
+			fs.IntVar(&w.limits.Cached, "cache-size", d.Cached, "remember at most `N` tags, results and failures each (the least recently used go first)")
+			fs.StringVar(&w.clientCA, "client-ca", "", "require of every caller a client certificate this CA bundle `FILE` signed (the API server's, from its AdmissionConfiguration's kubeconfig); read again when it changes")
+			fs.StringVar(&w.clientNames, "client-names", "", "with --client-ca: accept only a certificate whose Common Name or a DNS name is one of these comma-separated `NAMES`")
 		}}
 	c.Run = func(ctx context.Context, _ []string, s cli.IO) int {
 		if w.images == "" {
@@ -56,6 +65,12 @@ func webhookCmd() *cli.Command {
 		secretNS, secretName, _ := strings.Cut(w.secret, "/")
 		if w.secret != "" && (secretNS == "" || secretName == "" || w.config == "" || w.hosts == "" || w.validity < 10*time.Second) {
 			return cli.Usagef(s.Stderr, c, "--tls-secret takes NAMESPACE/NAME and needs --webhook-configuration, --tls-hosts and a --cert-validity of 10s or more")
+		}
+		if l := w.limits; l.Concurrent < 1 || l.PerMinute < 1 || l.PerRepository < 1 || l.Cached < 1 {
+			return cli.Usagef(s.Stderr, c, "--max-concurrent-patches, --max-patches-per-minute, --max-patches-per-repository and --cache-size take 1 or more")
+		}
+		if w.clientNames != "" && w.clientCA == "" {
+			return cli.Usagef(s.Stderr, c, "--client-names needs --client-ca")
 		}
 		p, tr, nameOpts, _, err := newPatcher(f)
 		if err != nil {
@@ -71,13 +86,23 @@ func webhookCmd() *cli.Command {
 		m := admission.NewMetrics()
 		r := imagepatch.NewResolver(p)
 		r.TagTTL, r.PatchTimeout = w.tagTTL, f.timeout
+		w.limits.Lookups = imagepatch.DefaultLimits.Lookups
+		r.Limits = w.limits
 		r.Finished = func(res imagepatch.Resolution, d time.Duration) {
 			m.Finished(res, d)
 			log.Info("patch on demand finished", "source", res.SourceDigest, "state", res.State, "action", res.Action, "patched", res.Patched,
-				"took", d.Round(time.Millisecond), "err", res.Error)
+				"took", d.Round(time.Millisecond), "note", res.Note, "err", res.Error)
 		}
+		m.WatchCaches(r.Sizes)
 		h := admission.New(admission.Config{Images: globs, Skip: splitList(w.skip), Deadline: w.deadline,
 			Prefix: p.Spec().Config.EntrypointPrefix, NameOptions: nameOpts}, r, log, m)
+		var clients *admission.ClientAuth
+		if w.clientCA != "" {
+			if clients, err = admission.NewClientAuth(w.clientCA, splitList(w.clientNames), m); err != nil {
+				fmt.Fprintf(s.Stderr, "imagepatch webhook: %v\n", err)
+				return 1
+			}
+		}
 		var certs admission.Certificates
 		if w.secret == "" {
 			if certs, err = admission.NewCertFiles(w.cert, w.key, m); err != nil {
@@ -95,7 +120,7 @@ func webhookCmd() *cli.Command {
 			go ss.Run(ctx)
 			certs = ss
 		}
-		srv := &admission.Server{Addr: w.listen, MetricsAddr: w.metrics, Certs: certs, Handler: h, Log: log}
+		srv := &admission.Server{Addr: w.listen, MetricsAddr: w.metrics, Certs: certs, Clients: clients, Handler: h, Log: log}
 		if err := srv.Serve(ctx); err != nil {
 			fmt.Fprintf(s.Stderr, "imagepatch webhook: %v\n", err)
 			return 1

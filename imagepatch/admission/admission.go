@@ -36,6 +36,12 @@ const AnnotationOptOut = "oomguard.io/patch-images"
 // MaxReview bounds a review's body: a pod is at most what etcd stores (1.5 MiB), twice.
 const MaxReview = 3 << 20
 
+// MaxInFlight bounds the bytes of the reviews being read and answered at
+// once (by their Content-Length, MaxReview when unknown): nearly three of
+// the largest, or a thousand ordinary pods'. A review past it is refused
+// at once, unread, and the API server admits the pod as failurePolicy says.
+const MaxInFlight = 8 << 20
+
 // Resolver is what the webhook asks for patched images (imagepatch.Resolver).
 type Resolver interface {
 	Resolve(ctx context.Context, ref name.Reference) imagepatch.Resolution
@@ -65,6 +71,9 @@ type Handler struct {
 	r   Resolver
 	log *slog.Logger
 	m   *Metrics
+
+	mu       sync.Mutex
+	inFlight int64 // review bytes being read and answered
 }
 
 // New makes a Handler.
@@ -137,6 +146,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 		return
 	}
+	size := req.ContentLength
+	if size < 0 || size > MaxReview {
+		size = MaxReview
+	}
+	if !h.take(size) {
+		h.m.reviews.WithLabelValues("busy").Inc()
+		w.Header().Set("Connection", "close")
+		http.Error(w, "too many review bytes in flight; the pod is admitted as the webhook's failurePolicy says", http.StatusTooManyRequests)
+		return
+	}
+	defer h.give(size)
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxReview))
 	if err != nil {
 		h.m.reviews.WithLabelValues("invalid").Inc()
@@ -157,6 +177,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.m.latency.Observe(time.Since(start).Seconds())
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(out)
+}
+
+// take reserves n of MaxInFlight, or says there is not that much left.
+func (h *Handler) take(n int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inFlight+n > MaxInFlight {
+		return false
+	}
+	h.inFlight += n
+	return true
+}
+
+func (h *Handler) give(n int64) {
+	h.mu.Lock()
+	h.inFlight -= n
+	h.mu.Unlock()
 }
 
 // Review answers one AdmissionReview: always allowed, with a JSON Patch
@@ -268,6 +305,11 @@ func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, str
 		case imagepatch.StatePending:
 			warnings = append(warnings, fmt.Sprintf("oomguard: %s is being patched; container %s runs it unpatched this time", s.c.Image, s.c.Name))
 			h.log.Info("image still being patched; the pod runs it unpatched", attrs...)
+			continue
+		case imagepatch.StateThrottled:
+			h.m.throttle.WithLabelValues(s.res.Limit).Inc()
+			warnings = append(warnings, fmt.Sprintf("oomguard: %s is not patched now (the webhook's %s limit is reached); container %s runs it unpatched this time", s.c.Image, s.res.Limit, s.c.Name))
+			h.log.Warn("image not patched now: a limit on the webhook's work is reached; the pod runs it unpatched", append(attrs, "limit", s.res.Limit)...)
 			continue
 		case imagepatch.StateFailed:
 			h.log.Warn("image not patched; the pod runs it as it is", append(attrs, "err", s.res.Error)...)

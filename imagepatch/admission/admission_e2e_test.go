@@ -228,15 +228,22 @@ func TestE2EWebhook(t *testing.T) {
 		t.Fatalf("burst-199 runs %s, want %s", got, podImage)
 	}
 
-	// The chart's webhook, as the API server validates it (it has no node to run it).
+	// The chart's webhook, as the API server validates it (it has no node to
+	// run it), guarded: the client CA, the NetworkPolicy.
 	helm := testbin.ComponentFor(t, "helm", "helm")
 	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+reg.Host+"/base/*}", "--set", "imagepatchWebhook.registryCredentialsSecret=regcred",
-		"--show-only", "templates/imagepatch-webhook.yaml").Output()
+		"--set", "imagepatchWebhook.clientCA.configMap=apiserver-client-ca", "--set", "imagepatchWebhook.clientCA.names={kube-apiserver}",
+		"--set", "imagepatchWebhook.networkPolicy.enabled=true", "--set", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}",
+		"--set", "imagepatchWebhook.networkPolicy.nodeCIDRs={10.1.0.0/16}",
+		"--show-only", "templates/imagepatch-webhook.yaml", "--show-only", "templates/imagepatch-webhook-networkpolicy.yaml").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
-	kubectl(string(rendered), "apply", "--dry-run=server", "-f", "-")
+	if !strings.Contains(string(rendered), "\nkind: NetworkPolicy\n") {
+		t.Fatalf("no NetworkPolicy rendered:\n%s", rendered)
+	}
+	kubectl(string(rendered), "apply", "--dry-run=server", "--validate=strict", "-f", "-")
 	certManagerObjects(t, kubectl, helm, repo, reg.Host)
 
 	// The webhook down: pods are created unchanged.

@@ -1,10 +1,13 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -106,6 +109,7 @@ func TestMutate(t *testing.T) {
 		{"an update", "ml", "UPDATE", "", `{"spec":{"containers":[{"name":"main","image":"` + base + `:1"}]}}`, "", imagepatch.StatePatched, "", "skipped"},
 		{"not selected", "ml", "CREATE", "", `{"spec":{"containers":[{"name":"main","image":"registry.example/other/x:1"}]}}`, "", imagepatch.StatePatched, "", "unchanged"},
 		{"not patched in time", "ml", "CREATE", "", `{"spec":{"containers":[{"name":"main","image":"` + base + `:1"}]}}`, "", imagepatch.StatePending, "", "unchanged"},
+		{"a limit on the work reached", "ml", "CREATE", "", `{"spec":{"containers":[{"name":"main","image":"` + base + `:1"}]}}`, "", imagepatch.StateThrottled, "", "unchanged"},
 		{"failed", "ml", "CREATE", "", `{"spec":{"containers":[{"name":"main","image":"` + base + `:1"}]}}`, "", imagepatch.StateFailed, "", "unchanged"},
 		{"an unparsable image", "ml", "CREATE", "", `{"spec":{"containers":[{"name":"main","image":"` + base + `:a b"}]}}`, "", imagepatch.StatePatched, "", "unchanged"},
 		{"not a pod", "ml", "CREATE", "", `[1,2]`, "", imagepatch.StatePatched, "", "skipped"},
@@ -116,7 +120,7 @@ func TestMutate(t *testing.T) {
 			if patch != tc.want || result != tc.result {
 				t.Fatalf("patch %s (%s)\nwant  %s (%s)", patch, result, tc.want, tc.result)
 			}
-			if (tc.state == imagepatch.StatePending) != (len(warnings) > 0) {
+			if (tc.state == imagepatch.StatePending || tc.state == imagepatch.StateThrottled) != (len(warnings) > 0) {
 				t.Fatalf("warnings %q", warnings)
 			}
 		})
@@ -177,4 +181,65 @@ func FuzzReview(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Reviews in flight hold at most MaxInFlight bytes: past it one is refused
+// at once, unread (429: the API server admits the pod as its
+// failurePolicy says), while a small one still fits.
+func TestReviewBytesInFlight(t *testing.T) {
+	h := handler(&fakeResolver{state: imagepatch.StateCached})
+	serve := func(size int64, body io.Reader) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/mutate", body)
+		req.ContentLength = size
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	var held []*io.PipeWriter
+	var wg sync.WaitGroup
+	for range MaxInFlight / MaxReview {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		wg.Add(1)
+		go func() { defer wg.Done(); serve(MaxReview, pr) }()
+	}
+	// Until each held review has taken its share.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h.mu.Lock()
+		n := h.inFlight
+		h.mu.Unlock()
+		if n == int64(len(held))*MaxReview {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes in flight, want %d", n, len(held)*MaxReview)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		size int64
+		want int
+	}{
+		{"another of the largest", MaxReview, http.StatusTooManyRequests},
+		{"one of unknown size", -1, http.StatusTooManyRequests},
+		{"an ordinary pod's", 0, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := reviewOf(t, "ml", "CREATE", "", `{"spec":{"containers":[{"name":"main","image":"`+base+`:1"}]}}`, "")
+			size := tc.size
+			if size == 0 {
+				size = int64(len(body))
+			}
+			if rec := serve(size, bytes.NewReader(body)); rec.Code != tc.want {
+				t.Fatalf("%d: %s, want %d", rec.Code, rec.Body, tc.want)
+			}
+		})
+	}
+	for _, pw := range held {
+		pw.Close()
+	}
+	wg.Wait()
+	if h.inFlight != 0 {
+		t.Fatalf("%d bytes still counted in flight after every review ended", h.inFlight)
+	}
 }

@@ -3,11 +3,15 @@ package admission
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +31,11 @@ type Certificates interface {
 type Server struct {
 	Addr, MetricsAddr string
 	Certs             Certificates
-	Handler           *Handler
-	Log               *slog.Logger
+	// Clients, when set, is who may connect to Addr: without a client
+	// certificate it verifies, the TLS handshake fails.
+	Clients *ClientAuth
+	Handler *Handler
+	Log     *slog.Logger
 }
 
 // Serve serves until ctx ends. /healthz answers 503 until there is a
@@ -44,9 +51,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", s.Handler)
 	mux.HandleFunc("/healthz", healthz)
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.Certs.GetCertificate}
+	if s.Clients != nil {
+		tc.GetConfigForClient = s.Clients.config(tc)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		MaxHeaderBytes: 64 << 10, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.Certs.GetCertificate},
-		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug)}
+		MaxHeaderBytes: 64 << 10, TLSConfig: tc, ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug)}
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s for the webhook: %w", s.Addr, err)
@@ -59,7 +69,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		mm.HandleFunc("/healthz", healthz)
 		metricsserver.Serve(ctx, s.MetricsAddr, mm, s.Log, s.Handler.m.serveErrors.Inc)
 	}
-	s.Log.Info("serving the admission webhook", "address", ln.Addr().String(), "metrics", s.MetricsAddr)
+	s.Log.Info("serving the admission webhook", "address", ln.Addr().String(), "metrics", s.MetricsAddr, "client certificates", s.Clients != nil)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -120,4 +130,92 @@ func (c *CertFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, erro
 	c.loaded, c.stamp = &pair, stamp
 	c.m.certExpiry.Set(float64(pair.Leaf.NotAfter.Unix()))
 	return c.loaded, nil
+}
+
+// ClientAuth requires of every connection a client certificate its CA
+// signed (the API server's, which its AdmissionConfiguration's kubeconfig
+// for webhooks makes it present) and, where names are given, that names
+// one of them (its Common Name or a DNS name). The CA file is read again
+// when it changes; a file that does not parse keeps the last good one.
+type ClientAuth struct {
+	file    string
+	names   []string
+	m       *Metrics
+	mu      sync.Mutex
+	pool    *x509.CertPool
+	stamp   string
+	checked time.Time
+}
+
+// NewClientAuth reads the CA bundle in file.
+func NewClientAuth(file string, names []string, m *Metrics) (*ClientAuth, error) {
+	c := &ClientAuth{file: file, names: names, m: m}
+	if _, err := c.load(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// load is the CA pool, read again if its file changed.
+func (c *ClientAuth) load() (*x509.CertPool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pool != nil && time.Since(c.checked) < time.Second {
+		return c.pool, nil
+	}
+	c.checked = time.Now()
+	st, err := os.Stat(c.file)
+	if err == nil && c.pool != nil && fmt.Sprintf("%d/%d", st.ModTime().UnixNano(), st.Size()) == c.stamp {
+		return c.pool, nil
+	}
+	var b []byte
+	if err == nil {
+		b, err = os.ReadFile(c.file)
+	}
+	pool := x509.NewCertPool()
+	if err == nil && !pool.AppendCertsFromPEM(b) {
+		err = errors.New("no PEM certificate in it")
+	}
+	if err != nil {
+		if c.pool != nil {
+			return c.pool, nil // mid-rotation: keep the last one
+		}
+		return nil, fmt.Errorf("the client CA %s (--client-ca): %w", c.file, err)
+	}
+	c.pool, c.stamp = pool, fmt.Sprintf("%d/%d", st.ModTime().UnixNano(), st.Size())
+	return pool, nil
+}
+
+// config is base requiring a client certificate c verifies.
+func (c *ClientAuth) config(base *tls.Config) func(*tls.ClientHelloInfo) (*tls.Config, error) {
+	return func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := c.load()
+		if err != nil {
+			return nil, err
+		}
+		cfg := base.Clone()
+		cfg.GetConfigForClient = nil
+		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, pool
+		cfg.VerifyConnection = c.verify
+		return cfg, nil
+	}
+}
+
+// verify refuses a client whose verified certificate names none of c.names.
+func (c *ClientAuth) verify(cs tls.ConnectionState) error {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		c.m.clientRefused.Inc()
+		return errors.New("no verified client certificate")
+	}
+	if len(c.names) == 0 {
+		return nil
+	}
+	leaf := cs.VerifiedChains[0][0]
+	for _, n := range c.names {
+		if leaf.Subject.CommonName == n || slices.Contains(leaf.DNSNames, n) {
+			return nil
+		}
+	}
+	c.m.clientRefused.Inc()
+	return fmt.Errorf("client certificate %q names none of %s (--client-names)", leaf.Subject.CommonName, strings.Join(c.names, ", "))
 }

@@ -678,7 +678,9 @@ func TestMetrics(t *testing.T) {
 
 	// The webhook's registry, as `imagepatch webhook` serves it (it needs a
 	// certificate and a registry to run; its metrics are made here alike).
-	families, err := admission.NewMetrics().Registry.Gather()
+	wm := admission.NewMetrics()
+	wm.WatchCaches(func() map[string]int { return map[string]int{"tags": 0} })
+	families, err := wm.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -570,5 +571,107 @@ func TestE2EChartValuesDocumented(t *testing.T) {
 	}
 	if len(leaves) < 40 {
 		t.Fatalf("only %d values found: %v", len(leaves), leaves)
+	}
+}
+
+// The webhook guarded: its limits on the work a caller causes, the API
+// server's client certificate required when a CA is given, and a
+// NetworkPolicy admitting only the API server to its HTTPS port and the
+// monitoring namespace and nodes to its metrics; a policy that would admit
+// nothing, or could not apply (hostNetwork), is refused at install.
+func TestE2EChartWebhookGuarded(t *testing.T) {
+	base := []string{"template", "oomguard", chart, "--namespace", "oomguard",
+		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}"}
+	render := func(show string, set ...string) string {
+		args := append(append([]string{}, base...), "--show-only", "templates/"+show)
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		return tool(t, "helm", args...)
+	}
+	args := func(rendered string) (string, *appsv1.Deployment) {
+		d := objects(t, rendered)["Deployment"].(*appsv1.Deployment)
+		return strings.Join(d.Spec.Template.Spec.Containers[0].Args, " "), d
+	}
+
+	// By default: the limits, no client certificate, no policy.
+	a, _ := args(render("imagepatch-webhook.yaml"))
+	for _, want := range []string{"--max-concurrent-patches=4", "--max-patches-per-minute=30", "--max-patches-per-repository=5"} {
+		if !strings.Contains(a, want) {
+			t.Errorf("by default the webhook's args lack %s: %s", want, a)
+		}
+	}
+	if strings.Contains(a, "--client-ca") {
+		t.Errorf("a client CA by default: %s", a)
+	}
+	if _, errb, err := run(t, "helm", append(append([]string{}, base...), "--show-only", "templates/imagepatch-webhook-networkpolicy.yaml")...); err == nil || !strings.Contains(errb, "could not find template") {
+		t.Errorf("a NetworkPolicy by default: %v %s", err, errb)
+	}
+
+	// The client CA and names, mounted from the ConfigMap.
+	a, d := args(render("imagepatch-webhook.yaml", "imagepatchWebhook.clientCA.configMap=apiserver-client-ca",
+		"imagepatchWebhook.clientCA.names={kube-apiserver,apiserver-webhook-client}", "imagepatchWebhook.limits.patchesPerMinute=7"))
+	if !strings.Contains(a, "--client-ca=/etc/oomguard/client-ca/ca.crt --client-names=kube-apiserver,apiserver-webhook-client") ||
+		!strings.Contains(a, "--max-patches-per-minute=7") {
+		t.Fatalf("the client CA's args: %s", a)
+	}
+	var mounted bool
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == "apiserver-client-ca" && len(v.ConfigMap.Items) == 1 && v.ConfigMap.Items[0].Key == "ca.crt" {
+			for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+				mounted = mounted || m.Name == v.Name && m.MountPath == "/etc/oomguard/client-ca" && m.ReadOnly
+			}
+		}
+	}
+	if !mounted {
+		t.Fatalf("the client CA's ConfigMap is not mounted: %+v", d.Spec.Template.Spec.Volumes)
+	}
+
+	// The policy.
+	docs := documents(t, render("imagepatch-webhook-networkpolicy.yaml", "imagepatchWebhook.networkPolicy.enabled=true",
+		"imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32,10.0.0.11/32}", "imagepatchWebhook.networkPolicy.nodeCIDRs={10.1.0.0/16}",
+		"imagepatchWebhook.networkPolicy.apiServerPeers[0].podSelector.matchLabels.k8s-app=konnectivity-agent",
+		"imagepatchWebhook.networkPolicy.apiServerPeers[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system"))
+	if len(docs) != 1 {
+		t.Fatalf("%d documents, want the NetworkPolicy", len(docs))
+	}
+	var np networkingv1.NetworkPolicy
+	dec := json.NewDecoder(bytes.NewReader(docs[0]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&np); err != nil || np.Kind != "NetworkPolicy" {
+		t.Fatalf("the NetworkPolicy does not decode strictly: %v\n%s", err, docs[0])
+	}
+	if got := np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"]; got != "imagepatch-webhook" ||
+		!reflect.DeepEqual(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 2 {
+		t.Fatalf("the policy selects %q, types %v, %d rules", got, np.Spec.PolicyTypes, len(np.Spec.Ingress))
+	}
+	https, metrics := np.Spec.Ingress[0], np.Spec.Ingress[1]
+	if len(https.Ports) != 1 || https.Ports[0].Port.String() != "https" || len(https.From) != 3 ||
+		https.From[0].IPBlock.CIDR != "10.0.0.10/32" || https.From[1].IPBlock.CIDR != "10.0.0.11/32" ||
+		https.From[2].PodSelector.MatchLabels["k8s-app"] != "konnectivity-agent" || https.From[2].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "kube-system" {
+		t.Fatalf("the HTTPS port admits %+v on %+v, want the API server's addresses and peers only", https.From, https.Ports)
+	}
+	if len(metrics.Ports) != 1 || metrics.Ports[0].Port.String() != "metrics" || len(metrics.From) != 2 ||
+		metrics.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || metrics.From[1].IPBlock.CIDR != "10.1.0.0/16" {
+		t.Fatalf("the metrics port admits %+v on %+v, want the monitoring namespace and the nodes", metrics.From, metrics.Ports)
+	}
+
+	// Refused: a policy that admits nothing, one that cannot apply, a value out of range.
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"imagepatchWebhook.networkPolicy.enabled=true"}, "apiServerCIDRs: name the addresses"},
+		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}", "imagepatchWebhook.hostNetwork=true"}, "does not apply to a pod on the node's network"},
+		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10}"}, "apiServerCIDRs"},
+		{[]string{"imagepatchWebhook.limits.concurrentPatches=0"}, "concurrentPatches"},
+	} {
+		args := append([]string{}, base...)
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		if _, errb, err := run(t, "helm", args...); err == nil || !strings.Contains(errb, tc.want) {
+			t.Errorf("%v: %v %s, want refused: %s", tc.set, err, errb, tc.want)
+		}
 	}
 }

@@ -59,7 +59,7 @@ func start(bin string, caPEM []byte, args []string) (*Webhook, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	w := &Webhook{Port: port, CAPEM: caPEM, URL: fmt.Sprintf("https://127.0.0.1:%d/mutate", port),
-		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
+		client: &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}}}
 	w.cmd = exec.Command(bin, append([]string{"webhook", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-address", ""}, args...)...)
 	w.cmd.Stdout, w.cmd.Stderr = &w.log, &w.log
 	if err := w.cmd.Start(); err != nil {
@@ -86,6 +86,25 @@ func (w *Webhook) Stop() {
 
 // Log is what the webhook wrote.
 func (w *Webhook) Log() string { return w.log.String() }
+
+// Pid is the webhook's process id.
+func (w *Webhook) Pid() int { return w.cmd.Process.Pid }
+
+// PresentCert makes Review present the client certificate in certFile and
+// keyFile, as an API server configured for it does; "" presents none.
+func (w *Webhook) PresentCert(certFile, keyFile string) error {
+	tr := w.client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig.Certificates = nil
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return err
+		}
+		tr.TLSClientConfig.Certificates = []tls.Certificate{pair}
+	}
+	w.client = &http.Client{Timeout: w.client.Timeout, Transport: tr}
+	return nil
+}
 
 // Review posts an AdmissionReview and returns the answer's body; its
 // connections are kept, as the API server keeps them.

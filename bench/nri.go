@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -25,10 +26,13 @@ import (
 
 func init() { sections = append(sections, section{"nri", benchNRI}) }
 
-// benchNRI measures oomguard-nri through NRI's runtime side: CreateContainer
-// and StartContainer round trips beside a no-op plugin connected the same
-// way, its memory after 10,000 containers, and Synchronize of 400 running
-// containers.
+// benchNRI measures oomguard-nri through NRI's runtime side: the creation
+// path's round trips (CreateContainer, then StartContainer, where the
+// plugin writes) beside a no-op plugin subscribed to CreateContainer only,
+// on a tree where each container's writes really happen (the host's
+// cgroup v2 tree, else a fixture tree made like a node's); its memory
+// after 10,000 containers, Synchronize of 400 running containers, and the
+// creation path while its metrics port is flooded.
 func benchNRI(int) (bool, error) {
 	plugin, err := built("oomguard-nri")
 	if err != nil {
@@ -41,6 +45,11 @@ func benchNRI(int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		tree, err := newNodeTree(dir)
+		if err != nil {
+			return false, err
+		}
+		defer tree.close()
 
 		start := func(name, bin string, args ...string) (*nriruntime.Runtime, *exec.Cmd, *bytes.Buffer, error) {
 			d := filepath.Join(dir, name)
@@ -59,7 +68,7 @@ func benchNRI(int) (bool, error) {
 			return false, err
 		}
 		defer func() { cmdNoop.Process.Kill(); cmdNoop.Wait(); rtNoop.Stop() }()
-		rtOG, cmdOG, _, err := start("o", plugin, "--config", cfg)
+		rtOG, cmdOG, _, err := start("o", plugin, append([]string{"--config", cfg}, tree.args()...)...)
 		if err != nil {
 			return false, err
 		}
@@ -67,15 +76,32 @@ func benchNRI(int) (bool, error) {
 
 		rounds := nriRounds
 		var tNoop, tOG []time.Duration
+		type live struct {
+			pod *api.PodSandbox
+			ctr *api.Container
+		}
+		var running []live
 		for i := 0; i < rounds; i++ {
-			pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
-			ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+			pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "burstable", "runc", nil)
+			ctr := nriruntime.KubeletContainer(pod, "main", 500, "/sbin/init")
+			// A node's churn: the oldest container goes once 500 run.
+			if running = append(running, live{pod, ctr}); len(running) > liveCtrs {
+				for _, rt := range []*nriruntime.Runtime{rtNoop, rtOG} {
+					if err := rt.Remove(running[0].pod, running[0].ctr); err != nil {
+						return false, err
+					}
+				}
+				running = running[1:]
+			}
 			for _, x := range []struct {
 				rt *nriruntime.Runtime
 				ts *[]time.Duration
 			}{{rtNoop, &tNoop}, {rtOG, &tOG}} {
-				// What a container costs the plugin: its decision at
-				// CreateContainer, its writes at StartContainer.
+				// The container as the runtime has made it by StartContainer:
+				// its cgroup at kubelet's memory.oom.group, its init at kubelet's score.
+				if err := tree.container(ctr); err != nil {
+					return false, err
+				}
 				s := time.Now()
 				if _, err := x.rt.Create(pod, ctr); err != nil {
 					return false, err
@@ -86,27 +112,29 @@ func benchNRI(int) (bool, error) {
 				*x.ts = append(*x.ts, time.Since(s))
 			}
 		}
+		if score, group := tree.last(); score != "900" || group != "0" {
+			return false, fmt.Errorf("the plugin did not set the last container up (oom_score_adj %s, memory.oom.group %s)", score, group)
+		}
 		rss, hwm := procRSS(cmdOG.Process.Pid)
+		p50n, p99n, p50o, p99o := quantile(tNoop, .5), quantile(tNoop, .99), quantile(tOG, .5), quantile(tOG, .99)
+		r50, r99 := float64(p50o)/float64(p50n), float64(p99o)/float64(p99n)
+		latOK := r50 <= 1.2 && r99 <= 1.2 && p99o <= time.Millisecond
+		memOK := rss <= 30<<20
+		fmt.Printf("oomguard-nri: the creation path (CreateContainer, StartContainer) through NRI's runtime side, %d containers each, interleaved; writes on %s\n", rounds, tree.name())
+		printTimes([]string{"no-op plugin (CreateContainer only)", "oomguard-nri (shipped config)"}, [][]time.Duration{tNoop, tOG})
+		fmt.Printf("  p50 %.2f×, p99 %.2f× the no-op (goal ≤ 1.2×); p99 %s (goal ≤ 1 ms): %s\n", r50, r99, ms(p99o), verdict(latOK))
+		fmt.Printf("  RSS after %d containers, %d of them running: %.1f MB (peak %.1f MB) (goal ≤ 30 MB): %s\n", rounds, min(rounds, liveCtrs), float64(rss)/(1<<20), float64(hwm)/(1<<20), verdict(memOK))
 
 		syncDur, err := benchSync(dir, plugin, cfg)
 		if err != nil {
 			return false, err
 		}
+		syncOK := syncDur <= time.Second
+		fmt.Printf("  Synchronize of %d running containers (%d processes): %s (goal ≤ 1 s): %s\n", syncCtrs, 3*syncCtrs, ms(syncDur), verdict(syncOK))
 		quiet, flooded, floodRSS, err := benchFlood(dir, plugin, cfg)
 		if err != nil {
 			return false, err
 		}
-
-		p50n, p99n, p50o, p99o := quantile(tNoop, .5), quantile(tNoop, .99), quantile(tOG, .5), quantile(tOG, .99)
-		r50, r99 := float64(p50o)/float64(p50n), float64(p99o)/float64(p99n)
-		latOK := r50 <= 1.2 && r99 <= 1.2 && p99o <= time.Millisecond
-		memOK := rss <= 30<<20
-		syncOK := syncDur <= time.Second
-		fmt.Printf("oomguard-nri: CreateContainer and StartContainer round trips through NRI's runtime side, %d containers each, interleaved\n", rounds)
-		printTimes([]string{"no-op plugin", "oomguard-nri (shipped config)"}, [][]time.Duration{tNoop, tOG})
-		fmt.Printf("  p50 %.2f×, p99 %.2f× the no-op (goal ≤ 1.2×); p99 %s (goal ≤ 1 ms): %s\n", r50, r99, ms(p99o), verdict(latOK))
-		fmt.Printf("  RSS after %d containers: %.1f MB (peak %.1f MB) (goal ≤ 30 MB): %s\n", rounds, float64(rss)/(1<<20), float64(hwm)/(1<<20), verdict(memOK))
-		fmt.Printf("  Synchronize of %d running containers (%d processes): %s (goal ≤ 1 s): %s\n", syncCtrs, 3*syncCtrs, ms(syncDur), verdict(syncOK))
 		floodOK := floodRSS <= 64<<20
 		fmt.Printf("\n  CreateContainer while the metrics port is flooded (%d idle, %d slow, %d near-1 MiB, %d keep-alive connections) beside a quiet run, %d containers each\n",
 			flood.Default.Idle, flood.Default.Slow, flood.Default.Huge, flood.Default.KeepAlive, len(quiet))
@@ -178,7 +206,7 @@ func benchFlood(dir, plugin, cfg string) (quiet, flooded []time.Duration, peak i
 	return quiet, flooded, peak, nil
 }
 
-var nriRounds, syncCtrs = 10000, 400
+var nriRounds, syncCtrs, liveCtrs = 10000, 400, 500
 
 // benchSync starts the plugin against a runtime that reports 400 running
 // containers, on a cgroup v2 tree of theirs, and returns the plugin's own
@@ -273,4 +301,134 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// nodeTree is where the containers' writes land: the host's cgroup v2 tree
+// (as root on a cgroup v2 host: a real cgroup and process a container),
+// else a fixture tree made like a node's under --root.
+type nodeTree struct {
+	root    string // "" for the host's
+	pid     int    // fixture: the next process; host: the one process, moved
+	cg      string // the last container's cgroup
+	sleeper *exec.Cmd
+	made    []string
+}
+
+func newNodeTree(dir string) (*nodeTree, error) {
+	if os.Geteuid() == 0 && kernel.DetectMode("/") == kernel.ModeV2 {
+		s := exec.Command("sleep", "3600")
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		return &nodeTree{sleeper: s, pid: s.Process.Pid}, nil
+	}
+	// In memory, as the kernel's files are: tmpfs where there is one.
+	root, err := os.MkdirTemp("/dev/shm", "oomguard-bench-node")
+	if err != nil {
+		root = filepath.Join(dir, "node")
+	}
+	t := &nodeTree{root: root, pid: 1000}
+	t.write("sys/fs/cgroup/cgroup.controllers", "cpu memory pids")
+	t.write("proc/1/cgroup", "0::/init.scope\n")
+	return t, nil
+}
+
+func (t *nodeTree) name() string {
+	if t.root == "" {
+		return "this host's cgroup v2 tree (a cgroup and a process a container)"
+	}
+	return "a fixture cgroup v2 tree made like a node's, at " + filepath.Dir(t.root) + " (this host has no cgroup v2 tree to write to)"
+}
+
+func (t *nodeTree) args() []string {
+	if t.root == "" {
+		return nil
+	}
+	return []string{"--root", t.root}
+}
+
+func (t *nodeTree) write(p, c string) {
+	full := filepath.Join(t.root, p)
+	os.MkdirAll(filepath.Dir(full), 0o755)
+	os.WriteFile(full, []byte(c), 0o644)
+}
+
+// container makes ctr's cgroup and its init as the runtime has by
+// StartContainer, and gives ctr its pid.
+func (t *nodeTree) container(ctr *api.Container) error {
+	cg, err := kernel.ResolveCgroupsPath(ctr.Linux.CgroupsPath)
+	if err != nil {
+		return err
+	}
+	if t.root != "" {
+		t.pid++
+		p := "proc/" + strconv.Itoa(t.pid)
+		t.write(p+"/cgroup", "0::"+cg+"\n")
+		t.write(p+"/oom_score_adj", "500\n")
+		t.write("sys/fs/cgroup"+cg+"/memory.oom.group", "1\n")
+		t.write("sys/fs/cgroup"+cg+"/cgroup.procs", strconv.Itoa(t.pid)+"\n")
+	} else if t.cg != cg {
+		dir, err := makeCgroup(cg)
+		if err != nil {
+			return err
+		}
+		t.made = append(t.made, dir)
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(t.pid)), 0); err != nil {
+			return fmt.Errorf("into the container's cgroup: %w", err)
+		}
+		if t.cg != "" { // the last container and its pod's cgroup
+			old := filepath.Join("/sys/fs/cgroup", t.cg)
+			os.Remove(old)
+			os.Remove(filepath.Dir(old))
+		}
+	}
+	if t.root == "" {
+		if err := os.WriteFile(filepath.Join("/sys/fs/cgroup", cg, "memory.oom.group"), []byte("1"), 0); err != nil {
+			return err
+		}
+		if err := os.WriteFile("/proc/"+strconv.Itoa(t.pid)+"/oom_score_adj", []byte("500"), 0); err != nil {
+			return err
+		}
+	}
+	t.cg = cg
+	ctr.Pid = uint32(t.pid)
+	return nil
+}
+
+// last is the last container's score and group flag.
+func (t *nodeTree) last() (score, group string) {
+	root := cmp.Or(t.root, "/")
+	proc, sys := filepath.Join(root, "proc", strconv.Itoa(t.pid)), filepath.Join(root, "sys/fs/cgroup", t.cg)
+	s, _ := os.ReadFile(filepath.Join(proc, "oom_score_adj"))
+	g, _ := os.ReadFile(filepath.Join(sys, "memory.oom.group"))
+	return strings.TrimSpace(string(s)), strings.TrimSpace(string(g))
+}
+
+func (t *nodeTree) close() {
+	if t.root != "" {
+		os.RemoveAll(t.root)
+	}
+	if t.sleeper != nil {
+		t.sleeper.Process.Kill()
+		t.sleeper.Wait()
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := len(t.made) - 1; i >= 0; i-- {
+		for d := t.made[i]; d != "/sys/fs/cgroup" && strings.HasPrefix(d, "/sys/fs/cgroup/"); d = filepath.Dir(d) {
+			os.Remove(d) // gone already, or still holding another
+		}
+	}
+}
+
+// makeCgroup makes cgroup cg on this host's cgroup v2 tree as kubelet and
+// the runtime do: the memory and pids controllers enabled down to it.
+func makeCgroup(cg string) (string, error) {
+	dir := filepath.Join("/sys/fs/cgroup", cg)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("a container's cgroup: %w", err)
+	}
+	for d := filepath.Dir(dir); strings.HasPrefix(d, "/sys/fs/cgroup"); d = filepath.Dir(d) {
+		defer os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+memory +pids"), 0) // from the root down
+	}
+	return dir, nil
 }

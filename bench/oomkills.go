@@ -73,7 +73,11 @@ func benchOOMKills(int) (bool, error) {
 		defer func() { cmd.Process.Kill(); cmd.Wait() }() // StartPlugin waited for its Synchronize
 		for i := range watchedCtrs {
 			pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
-			if _, err := rt.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")); err != nil {
+			ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+			if _, err := rt.Create(pod, ctr); err != nil {
+				return false, err
+			}
+			if err := rt.StartContainer(pod, ctr); err != nil {
 				return false, err
 			}
 		}
@@ -145,8 +149,21 @@ func benchMemcg(limit int64) (string, func(), error) {
 	return dir, cleanup, nil
 }
 
-// procCPU is the CPU time pid has used (user and system).
+// procCPU is the CPU time pid has used, all its threads: their schedstat
+// (nanoseconds), else its stat (user and system, in ticks).
 func procCPU(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var ns int64
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += v
+		}
+	}
+	if ns > 0 {
+		return time.Duration(ns)
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0

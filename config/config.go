@@ -14,7 +14,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -294,7 +293,16 @@ func read(path string) ([]byte, error) {
 	}
 }
 
-var strictLine = regexp.MustCompile(`^\s*strict\s*=\s*true\s*(#.*)?$`)
+// strictLine reports whether line is `strict = true`, spaces and a
+// comment allowed.
+func strictLine(line string) bool {
+	key, val, ok := strings.Cut(strings.TrimSpace(line), "=")
+	if !ok || strings.TrimSpace(key) != "strict" {
+		return false
+	}
+	val, _, _ = strings.Cut(val, "#")
+	return strings.TrimSpace(val) == "true"
+}
 
 // StrictIn finds strict = true among the top-level keys of a file that
 // does not parse or validate.
@@ -309,7 +317,7 @@ func StrictIn(data []byte) bool {
 		if strings.HasPrefix(strings.TrimSpace(line), "[") {
 			break
 		}
-		if strictLine.MatchString(line) {
+		if strictLine(line) {
 			return true
 		}
 	}
@@ -370,10 +378,10 @@ func (c *Config) Validate() error {
 	if r := c.NRI.OnRuleRemoved; r != OnRuleRemovedKeep && r != OnRuleRemovedRestore {
 		add("nri.on_rule_removed %q: want %q or %q", r, OnRuleRemovedKeep, OnRuleRemovedRestore)
 	}
-	if !pluginIndex.MatchString(c.NRI.PluginIndex) {
+	if !pluginIndex(c.NRI.PluginIndex) {
 		add("nri.plugin_index %q: want two digits, 00 to 99 (NRI orders plugins by it)", c.NRI.PluginIndex)
 	}
-	if !pluginName.MatchString(c.NRI.PluginName) {
+	if !pluginName(c.NRI.PluginName) {
 		add("nri.plugin_name %q: want letters, digits, '-', '_' and '.'", c.NRI.PluginName)
 	}
 	for _, p := range c.Containment.CgroupParents {
@@ -448,7 +456,14 @@ func (m *Match) check() []error {
 	return errs
 }
 
-var (
-	pluginIndex = regexp.MustCompile(`^[0-9]{2}$`)
-	pluginName  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-)
+// pluginIndex: two digits, NRI's order.
+func pluginIndex(s string) bool {
+	return len(s) == 2 && s[0] >= '0' && s[0] <= '9' && s[1] >= '0' && s[1] <= '9'
+}
+
+// pluginName: letters, digits, '-', '_' and '.'.
+func pluginName(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	})
+}

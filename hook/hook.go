@@ -30,10 +30,17 @@ type Options struct {
 	Strict     bool   // fail closed whatever the configuration says
 	Root       string // the host's filesystem root holding /proc and /sys
 	LogFile    string // overrides the configuration's log.file
+	// CacheDir keeps the configuration's parsed form between runs
+	// (config.FindCached); "" parses it every run.
+	CacheDir string
 	// Deadline is how long the hook may take before it gives up on the
 	// container (leaving it as it is), whatever it waits on.
 	Deadline time.Duration
 }
+
+// DefaultCacheDir is where oomguard-hook keeps the parsed configuration:
+// root's, in memory, gone at reboot.
+const DefaultCacheDir = "/run/oomguard/hook"
 
 // DefaultDeadline is well within the timeout the hooks.d file gives runtimes.
 const DefaultDeadline = 5 * time.Second
@@ -69,7 +76,7 @@ func (h *Hook) FailCode() int { return int(h.failCode.Load()) }
 // command bounds it by Options.Deadline.
 func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
 	o := h.o
-	cfg, cfgErr := config.Find(o.ConfigPath)
+	cfg, cfgErr := config.FindCached(o.ConfigPath, o.CacheDir)
 	if cfgErr == nil && cfg.Missing {
 		cfgErr = fmt.Errorf("no configuration at %s, so no rule applies: install one (deploy/config.toml)", config.DefaultPath)
 	}

@@ -192,8 +192,8 @@ func TestStartContainerApplies(t *testing.T) {
 	}
 	logs := tp.logs.String()
 	for _, want := range []string{
-		`msg=decision phase=create pod=ml/pod-1 container=main rule=init-as-pid1 oom_score_adj=-997→900 oom_group=1→0`,
-		`msg="applied before start" pod=ml/pod-1 container=main rule=init-as-pid1 oom_score_adj=-997→900 oom_group=1→0`,
+		// One line a container: decided and applied at StartContainer.
+		`msg=decision pod=ml/pod-1 container=main rule=init-as-pid1 phase=start oom_score_adj=-997→900 oom_group=1→0 reasons=`,
 	} {
 		if !strings.Contains(logs, want) {
 			t.Fatalf("log line missing: %s\n%s", want, logs)
@@ -207,10 +207,10 @@ func TestPostUpdateSetsGroupAgain(t *testing.T) {
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
 	other := nriruntime.KubeletContainer(pod, "sidecar", -997, "/app")
-	root := fixtureNode(t, []*api.Container{ctr, other}, 1)
+	root := fixtureNode(t, []*api.Container{ctr, other}, 3)
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
-	connectPlugin(t, dir, readShipped(t), root)
+	tp := connectPlugin(t, dir, readShipped(t), root)
 	createAndStart(t, rs, pod, ctr)
 	createAndStart(t, rs, pod, other)
 	rsp, err := rs.Update(pod, ctr, &api.LinuxResources{Memory: &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 2 << 30}},
@@ -223,6 +223,9 @@ func TestPostUpdateSetsGroupAgain(t *testing.T) {
 			t.Fatalf("the plugin claimed memory.oom.group at UpdateContainer: %v", u)
 		}
 	}
+	for _, pid := range []string{"1001", "1002", "1003"} { // as kubelet's score came back with the resize
+		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
+	}
 	for _, c := range []*api.Container{ctr, other} {
 		os.WriteFile(filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.oom.group"), []byte("1\n"), 0o644)
 		if err := rs.PostUpdate(pod, c); err != nil {
@@ -232,13 +235,20 @@ func TestPostUpdateSetsGroupAgain(t *testing.T) {
 	if _, group := onNode(t, root, ctr); group != "0" {
 		t.Fatalf("memory.oom.group %s after the resize, want 0", group)
 	}
+	// The processes' scores are set after the reply, not under the runtime's lock.
+	tp.p.waitBackground()
+	for _, pid := range []string{"1001", "1002", "1003"} {
+		if s, _ := os.ReadFile(filepath.Join(root, "proc", pid, "oom_score_adj")); string(s) != "900\n" {
+			t.Fatalf("process %s has oom_score_adj %q after the resize, want 900", pid, s)
+		}
+	}
 	if _, group := onNode(t, root, other); group != "1" {
 		t.Fatalf("an unguarded container's resize was changed: memory.oom.group %s", group)
 	}
 }
 
 // fixtureNode is a cgroup v2 tree with running containers and their processes.
-func fixtureNode(t *testing.T, ctrs []*api.Container, pidsPer int) string {
+func fixtureNode(t testing.TB, ctrs []*api.Container, pidsPer int) string {
 	t.Helper()
 	root := t.TempDir()
 	write := func(p, c string) {
@@ -462,7 +472,7 @@ func TestStrictConfigurationFromRuntime(t *testing.T) {
 	p := New(Options{Config: config.Default(), Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
 	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
-	create := func() error { _, _, err := p.CreateContainer(context.Background(), pod, ctr); return err }
+	create := func() error { return p.StartContainer(context.Background(), pod, ctr) }
 	if _, err := p.Configure(context.Background(), "strict = tru", "containerd", "2.1"); err != nil || create() != nil {
 		t.Fatalf("an invalid runtime configuration must not fail a non-strict plugin: %v %v", err, create())
 	}
@@ -492,15 +502,19 @@ func TestStrictConfigurationFromRuntime(t *testing.T) {
 }
 
 // Through the real adaptation: a strict, unusable configuration fails the
-// container's creation at the runtime.
+// container at the runtime before its first instruction runs (its start).
 func TestStrictUnusableFailsCreation(t *testing.T) {
 	dir := nriDir(t)
 	rs := startRuntime(t, dir, nil, nil)
 	tp := connectPlugin(t, dir, readShipped(t), v2Node(t))
 	tp.p.Configure(context.Background(), "strict = true\nverify_interval = 'x'", "containerd", "2.1")
 	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
-	if _, err := rs.Create(pod, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")); err == nil {
-		t.Fatal("the runtime created the container")
+	ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	if _, err := rs.Create(pod, ctr); err != nil {
+		t.Fatalf("the plugin is asked nothing at creation: %v", err)
+	}
+	if err := rs.StartContainer(pod, ctr); err == nil {
+		t.Fatal("the runtime started the container")
 	}
 }
 
@@ -653,7 +667,7 @@ func counted(t *testing.T, m *Metrics, name string) float64 {
 	return sum
 }
 
-func mustResolve(t *testing.T, p string) string {
+func mustResolve(t testing.TB, p string) string {
 	t.Helper()
 	cg, err := kernel.ResolveCgroupsPath(p)
 	if err != nil {

@@ -78,7 +78,30 @@ var outside = ctrInfo{name: "(a process outside every pod)"}
 // counted attributes a kill by the kernel's counters: among the places in
 // among ("" outside every pod; nil: anywhere), those whose count holds
 // kills not reported yet. One place is the kill's; several are candidates.
+// The counts read are those that changed (counts.go): a kill that looks
+// outside every pod waits a moment for the kernel to tell of a change.
 func (p *Plugin) counted(book *killBook, among []string) attribution {
+	deadline := time.Now().Add(tellDelay)
+	for wait := time.Duration(0); ; wait = time.Until(deadline) {
+		ids, every := p.counts.changed(p, wait)
+		if every {
+			ids = p.countedIDs()
+		}
+		counting, inPods := p.owing(ids, among)
+		if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods) {
+			counting = append(counting, "")
+		}
+		if every || wait < 0 || slices.ContainsFunc(counting, func(id string) bool { return id != "" }) {
+			return p.attribution(counting)
+		}
+	}
+}
+
+// tellDelay bounds the wait for the kernel to tell of a count it changed.
+const tellDelay = 20 * time.Millisecond
+
+// countedIDs are the containers whose kills are counted, sorted.
+func (p *Plugin) countedIDs() []string {
 	p.mu.Lock()
 	var ids []string
 	for id, c := range p.known {
@@ -88,23 +111,34 @@ func (p *Plugin) counted(book *killBook, among []string) attribution {
 	}
 	p.mu.Unlock()
 	slices.Sort(ids)
-	var counting []string
-	var inPods uint64
+	return ids
+}
+
+// owing reads the counts of ids and returns those, among among (nil: any),
+// that hold kills not reported yet, and how many they hold in all.
+func (p *Plugin) owing(ids, among []string) (counting []string, inPods uint64) {
 	for _, id := range ids {
 		n, ok := p.oomKillCount(id)
 		p.mu.Lock()
 		c, still := p.known[id]
 		p.mu.Unlock()
-		if ok && still && n > c.base+c.reported {
-			inPods += n - c.base - c.reported
-			if among == nil || slices.Contains(among, id) {
-				counting = append(counting, id)
-			}
+		if !still || !c.counted {
+			continue
+		}
+		if !ok || n <= c.base+c.reported {
+			p.counts.settled(id)
+			continue
+		}
+		inPods += n - c.base - c.reported
+		if among == nil || slices.Contains(among, id) {
+			counting = append(counting, id)
 		}
 	}
-	if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods) {
-		counting = append(counting, "")
-	}
+	return counting, inPods
+}
+
+// attribution is the kill's place if counting holds one, else its candidates.
+func (p *Plugin) attribution(counting []string) attribution {
 	a := attribution{by: "counters"}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/execwatch"
+	"github.com/oomguard/oomguard/internal/kernel"
 )
 
 // execSource is the kernel's process events (execwatch), or a test's.
@@ -15,7 +16,25 @@ type execSource interface {
 	Close() error
 }
 
-func openExecs() (execSource, error) { return execwatch.Open() }
+// cgroupFilter is a source filtered in the kernel by cgroup
+// (execwatch.Filtered): only the watched cgroups' processes reach it.
+type cgroupFilter interface {
+	Watch(id uint64) error
+	Unwatch(id uint64)
+}
+
+// openExecs is the kernel's events filtered by cgroup where it can (cgroup
+// v2, eBPF), else every exec and fork on the node (the process connector).
+func (p *Plugin) openExecs() (execSource, error) {
+	if p.node.Load().Mode() == kernel.ModeV2 {
+		f, err := execwatch.OpenFiltered()
+		if err == nil {
+			return f, nil
+		}
+		p.log.Info("watching execs through the process connector (every exec on the node wakes the plugin): filtering them in the kernel needs eBPF", "err", err)
+	}
+	return execwatch.Open()
+}
 
 // watchExecs sets each process that execs in a guarded container to the
 // container's score at once: a process exec'd into it (kubectl exec, an exec
@@ -31,7 +50,15 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 		p.log.Warn("not watching execs; processes exec'd into guarded containers are set at the next verification", "err", err)
 		return
 	}
-	go func() { <-ctx.Done(); src.Close() }()
+	filter, _ := src.(cgroupFilter)
+	how := "process connector"
+	if filter != nil {
+		how = "eBPF, filtered by cgroup"
+	}
+	p.log.Info("watching execs", "source", how)
+	done := make(chan struct{})
+	go func() { p.keepScored(ctx, filter); close(done) }()
+	go func() { <-ctx.Done(); <-done; src.Close() }()
 	set := newRecent(maxRecent, recentFor)
 	var evs []execwatch.Event
 	for ctx.Err() == nil {
@@ -61,13 +88,19 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 // execd sets the process that exec'd to its container's score if its
 // container is guarded, and returns the container when it changed the
 // score: what the process forked before then has the spec's score too.
+// An exec the kernel filtered names its container's cgroup; else /proc
+// says, unless no container has a score to set.
 func (p *Plugin) execd(e execwatch.Event) *guard {
-	n := p.node.Load()
-	cg, err := n.Cgroup(e.Pid)
-	if err != nil {
-		return nil // gone already, or not a process this node's view shows
+	var g *guard
+	if e.Cgroup != 0 {
+		g = p.scored.of(e.Cgroup)
+	} else if p.scored.any.Load() {
+		cg, err := p.node.Load().Cgroup(e.Pid)
+		if err != nil {
+			return nil // gone already, or not a process this node's view shows
+		}
+		g = p.guardOf(cg)
 	}
-	g := p.guardOf(cg)
 	if g == nil || !p.setProcess(g, e, "exec") {
 		return nil
 	}

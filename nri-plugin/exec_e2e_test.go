@@ -93,7 +93,7 @@ func TestE2EExecForkGap(t *testing.T) {
 		return exec.CommandContext(ctx, "runc", append([]string{"--root", runcRoot}, args...)...).CombinedOutput()
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if out, _ := runc("state", id); strings.Contains(string(out), `"running"`) && strings.Contains(log.String(), "applied before start") {
+		if out, _ := runc("state", id); strings.Contains(string(out), `"running"`) && strings.Contains(log.String(), "phase=start") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -62,7 +62,7 @@ func TestExecdProcessSet(t *testing.T) {
 	}
 	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
 	for _, c := range []*api.Container{guarded, other} {
-		if _, _, err := p.CreateContainer(context.Background(), pod, c); err != nil {
+		if err := p.StartContainer(context.Background(), pod, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +97,7 @@ func TestForkOfExecdProcessSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
-	if _, _, err := p.CreateContainer(context.Background(), pod, guarded); err != nil {
+	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
 		t.Fatal(err)
 	}
 	src := &fakeExecs{batches: [][]execwatch.Event{

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/escape"
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/kmsg"
@@ -60,6 +61,11 @@ const largestTasks = 5
 // line, a counter by container (or the node-daemon counter), and for a
 // guarded container's own limit its largest processes right after.
 func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)) {
+	p.counts.open()
+	keepCtx, stopKeep := context.WithCancel(ctx)
+	kept := make(chan struct{})
+	go p.counts.keep(keepCtx, p, kept)
+	defer func() { stopKeep(); <-kept; p.counts.close() }()
 	src, err := open()
 	if err != nil {
 		p.log.Warn("not reading the kernel log; OOM kills in guarded containers are counted at each verification only", "err", err)
@@ -290,27 +296,42 @@ func (p *Plugin) countFrom(id string) {
 		return
 	}
 	p.mu.Lock()
-	if c, known := p.known[id]; known && !c.counted {
+	c, known := p.known[id]
+	if known && !c.counted {
 		c.base, c.counted = n, true
 		p.known[id] = c
 	}
 	p.mu.Unlock()
+	if known && !c.counted {
+		p.counts.add(id)
+	}
 }
 
 // oomKillCount is the kills the kernel counted in the container (v1 and v2).
 func (p *Plugin) oomKillCount(id string) (uint64, bool) {
-	p.mu.Lock()
-	c, ok := p.known[id]
-	p.mu.Unlock()
-	if !ok || c.cgroupsPath == "" && c.pid == 0 {
-		return 0, false
-	}
-	ctr, err := p.node.Load().Locate(c.cgroupsPath, int(c.pid))
-	if err != nil {
+	ctr, ok := p.locate(id)
+	if !ok {
 		return 0, false
 	}
 	n, err := ctr.OOMKills()
 	return n, err == nil
+}
+
+// locate is the cgroup of a container the runtime told of.
+func (p *Plugin) locate(id string) (*enforce.Container, bool) {
+	c, ok := p.knownID(id)
+	if !ok || c.cgroupsPath == "" && c.pid == 0 {
+		return nil, false
+	}
+	ctr, err := p.node.Load().Locate(c.cgroupsPath, int(c.pid))
+	return ctr, err == nil
+}
+
+func (p *Plugin) knownID(id string) (ctrInfo, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.known[id]
+	return c, ok
 }
 
 // containerOf is the container whose cgroup holds cg, among those the

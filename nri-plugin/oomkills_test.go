@@ -96,15 +96,14 @@ func TestKillsReported(t *testing.T) {
 	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 	events := &fakeRecorder{}
 	p.events = events
-	for _, c := range []*api.Container{guarded, other} {
-		if _, _, err := p.CreateContainer(context.Background(), pod, c); err != nil {
-			t.Fatal(err)
-		}
+	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
+		t.Fatal(err)
 	}
-	// The sidecar's memory.events when it started; the node's count of
-	// kills (/proc/vmstat) as the plugin starts, then as the kernel logs them.
+	// The sidecar's memory.events when it started (a new cgroup counts
+	// none); the node's count of kills (/proc/vmstat) as the plugin
+	// starts, then as the kernel logs them.
 	memEvents := filepath.Join(root, "sys/fs/cgroup", cgOther, "memory.events")
-	if err := os.WriteFile(memEvents, []byte("oom 3\noom_kill 3\n"), 0o644); err != nil {
+	if err := os.WriteFile(memEvents, []byte("oom 0\noom_kill 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	vmstat := func(n int) func() {
@@ -119,7 +118,7 @@ func TestKillsReported(t *testing.T) {
 	// Five kills since in the sidecar: 1002, 1008, 1007, 1008 again (the
 	// kernel counts the victim twice when it kills its group) named, one
 	// (1003) not.
-	if err := os.WriteFile(memEvents, []byte("oom 8\noom_kill 8\n"), 0o644); err != nil {
+	if err := os.WriteFile(memEvents, []byte("oom 5\noom_kill 5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var recs []string
@@ -149,13 +148,13 @@ func TestKillsReported(t *testing.T) {
 		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1003 command=rate-limited oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=3s attributed_by=counters`,
 		`msg="OOM kill" pid=1004 command=another oom_score_adj=-997 rss_kb=520 kind=limit cgroup="" kernel_time=3s attributed_by=counters reported_after=`,
 		`node_daemon=true`,
-		// The doctor's model: the worker at 500 outranked sshd at 0, whom the kernel
-		// killed; the process at 900 outranked every survivor.
-		`model_predicted=false model_first=worker[1005] model_first_oom_score_adj=500 model_first_kb=4096 node_daemon=true`,
+		// The doctor's model: the guarded init at 900 outranked sshd at 0, whom
+		// the kernel killed; the process at 900 outranked every survivor.
+		`model_predicted=false model_first=init[1001] model_first_oom_score_adj=900 model_first_kb=2048 node_daemon=true`,
 		`command=\x1b[31mevil oom_score_adj=900 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-main.scope kernel_time=1ms attributed_by=record reported_after=`,
 		`model_predicted=true container_kept_running=true`,
 		`msg="OOM kill" pod=ml/pod-1 container=sidecar pid=1007 command=worker2 oom_score_adj=-997 rss_kb=520 kind=node cgroup=/kubepods.slice/kubepods-pod1.slice/cri-containerd-pod-1-sidecar.scope kernel_time=1ms attributed_by=counters reported_after=`,
-		`msg="largest processes after the OOM kill" pod=ml/pod-1 container=main rule=init-as-pid1 processes="1001 init 2048kB oom_score_adj -997"`,
+		`msg="largest processes after the OOM kill" pod=ml/pod-1 container=main rule=init-as-pid1 processes="1001 init 2048kB oom_score_adj 900"`,
 		`container_kept_running=true`,
 		`msg="kernel log records were overwritten`,
 	} {

@@ -34,9 +34,6 @@ func TestVerifierNeverFollowsAReusedPid(t *testing.T) {
 	ctrA.Linux.CgroupsPath = "" // the runtime says nothing
 
 	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: NewMetrics()})
-	if _, _, err := p.CreateContainer(context.Background(), podA, ctrA); err != nil {
-		t.Fatal(err)
-	}
 	ctrA.Pid = 1001
 	if err := p.StartContainer(context.Background(), podA, ctrA); err != nil {
 		t.Fatal(err)
@@ -82,7 +79,7 @@ func TestSynchronizeRacesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, ctr := range ctrs {
-			p.CreateContainer(context.Background(), pods[i], ctr)
+			p.StartContainer(context.Background(), pods[i], ctr)
 			p.RemoveContainer(context.Background(), pods[i], ctr)
 		}
 	}

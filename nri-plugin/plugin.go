@@ -56,6 +56,8 @@ type Plugin struct {
 	decided  map[string]decided // what each was decided on, for a reload's rules (rematch.go)
 
 	background sync.WaitGroup // Synchronize's fixes, after its reply
+	counts     counts         // whose OOM-kill counts changed (counts.go)
+	scored     *scored        // the guarded containers with a score (scored.go)
 	execs      func() (execSource, error)
 	kmsg       func() (kmsgSource, error)
 	events     Recorder // nil: no Events
@@ -70,10 +72,13 @@ type guard struct {
 	pol                      *policy.Policy // that decided plan; under Plugin.mu once in guarded
 
 	// under Plugin.mu
-	cgroupsPath string // from the OCI spec, else the cgroup its pid was first found in
+	cgroupsPath string // from the OCI spec, else the cgroup its pid was first found in; resolved once found
 	pid         uint32
 	oomKills    uint64
 	missing     int // verifications that found no cgroup
+
+	rescoring atomic.Bool // a walk after an update is pending
+	cgroupID  uint64      // its cgroup's id once found (cgroup v2); under Plugin.mu
 }
 
 // attrs are a container's fields for a log line.
@@ -113,7 +118,8 @@ func New(o Options) *Plugin {
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
 	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, byCgroup: map[string]string{},
-		execs: openExecs, kmsg: openKmsg, events: o.Events}
+		kmsg: openKmsg, events: o.Events, scored: newScored()}
+	p.execs = p.openExecs
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
 	if le := (*config.LoadError)(nil); errors.As(cfgErr, &le) {
@@ -197,7 +203,7 @@ func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) 
 // Synchronize fixes the containers that already run: memory.oom.group and
 // oom_score_adj of every process in each container's cgroup, after the
 // reply ("synchronized" is logged when that is done). It asks the runtime
-// for nothing (see CreateContainer).
+// for nothing (see StartContainer).
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) (updates []*api.ContainerUpdate, err error) {
 	start := time.Now()
 	defer p.failOpen("synchronize", &err)
@@ -217,7 +223,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		}
 		pod := byID[ctr.GetPodSandboxId()]
 		known[ctr.GetId()] = newCtrInfo(pod, ctr)
-		g := p.decide("synchronize", pod, ctr)
+		g, _ := p.decide("synchronize", pod, ctr)
 		if g == nil {
 			continue
 		}
@@ -232,6 +238,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.guarded, p.known = fresh, known
 	p.reindexLocked()
 	p.mu.Unlock()
+	p.guardsChanged()
 	p.m.setConnected(true)
 	// The runtime drops a plugin that answers late (CRI-O and containerd
 	// allow 2 s): the processes are fixed after the reply, not before it.
@@ -270,82 +277,132 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 // waitBackground waits for Synchronize's fixes to be done.
 func (p *Plugin) waitBackground() { p.background.Wait() }
 
-// CreateContainer decides; the plan is applied at StartContainer, before
-// the container's first process runs. oomguard adjusts nothing through NRI:
-// NRI refuses a container whose oom_score_adj or memory.oom.group two
-// plugins set, and a pod must never fail to start because of oomguard.
-func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, upd []*api.ContainerUpdate, err error) {
-	defer p.failOpen("create", &err)
-	if e := p.unusable.Load(); e != nil {
-		return nil, nil, *e
-	}
-	p.learn(pod, ctr)
-	if g := p.decide("create", pod, ctr); g != nil {
-		p.mu.Lock()
-		p.guarded[g.id] = g
-		p.mu.Unlock()
-	}
-	return nil, nil, nil
-}
-
-// StartContainer applies the plan to the created container, whose process
-// (the runtime's init, waiting) holds what the container's processes will
-// inherit: the runtime starts it when this returns.
-func (p *Plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
+// StartContainer decides and applies the plan to the created container,
+// whose one process (the runtime's init, waiting) holds what every process
+// of the container will inherit: the runtime starts it when this returns.
+// It is the plugin's one event on the creation path (the runtime holds its
+// NRI lock for each), and oomguard adjusts nothing through NRI: NRI
+// refuses a container whose oom_score_adj or memory.oom.group two plugins
+// set, and a pod must never fail to start because of oomguard.
+func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (err error) {
 	defer p.failOpen("start", &err)
+	if e := p.unusable.Load(); e != nil {
+		return *e
+	}
+	info := newCtrInfo(pod, ctr)
+	info.counted = true // its cgroup is new: its kills count from 0
+	id := ctr.GetId()
 	p.mu.Lock()
-	g := p.guarded[ctr.GetId()]
-	if g != nil && ctr.GetPid() != 0 {
-		g.pid = ctr.GetPid()
-	}
-	if c, ok := p.known[ctr.GetId()]; ok && ctr.GetPid() != 0 {
-		c.pid = ctr.GetPid()
-		p.known[ctr.GetId()] = c
-	}
+	p.known[id] = info
+	p.indexLocked(id, info)
 	p.mu.Unlock()
-	p.countFrom(ctr.GetId())
+	p.counts.add(id)
+	g, dec := p.decide("start", pod, ctr)
 	if g == nil {
 		return nil
 	}
+	p.mu.Lock()
+	p.guarded[id] = g
+	p.mu.Unlock()
 	c, err := p.container(g, "start")
 	if err != nil {
 		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
 	}
-	var group, score enforce.Change
+	group, score := g.plan.GroupChange(nil), g.plan.ScoreChange(nil)
 	if g.plan.Group != nil {
-		if group = p.enforceGroup(g, c, "start"); group.Err != nil {
+		if group = p.startGroup(g, c, ctr); group.Err != nil {
 			err = group.Err
 		}
 	}
 	if g.plan.Score != nil {
-		to := strconv.Itoa(*g.plan.Score)
-		score = enforce.Change{Setting: enforce.SettingScore, From: to, To: to, What: enforce.Unchanged}
-		n, serr := p.enforceScore(g, c, "start")
-		if n > 0 {
-			score.What, score.From = enforce.Changed, ""
-			if v := ctr.GetLinux().GetOomScoreAdj(); v != nil {
-				score.From = strconv.FormatInt(v.GetValue(), 10)
-			}
-		}
-		err = errors.Join(err, serr)
+		score, err = p.startScore(g, c, ctr, err)
 	}
-	p.log.Info("applied before start", g.attrs(enforce.SettingScore, score.String(), enforce.SettingGroup, group.String())...)
+	p.guardsChanged(g)
+	p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, score.String(), enforce.SettingGroup, group.String(), "reasons", dec.Reasons)...)
 	if err != nil {
 		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
 	}
 	return nil
 }
 
+// startGroup sets the new cgroup's memory.oom.group, from what the runtime
+// says it set (kubelet's value) when it says.
+func (p *Plugin) startGroup(g *guard, c *enforce.Container, ctr *api.Container) enforce.Change {
+	var from bool
+	switch ctr.GetLinux().GetResources().GetUnified()["memory.oom.group"] {
+	case "1":
+		from = true
+	case "0":
+	default:
+		return p.enforceGroup(g, c, "start")
+	}
+	ch := c.SetGroup(*g.plan.Group, from)
+	if ch.What == enforce.Changed {
+		p.m.adjustments.WithLabelValues(enforce.SettingGroup, "start").Inc()
+	}
+	return ch
+}
+
+// startScore sets the score of the container's init, its one process, from
+// the score the runtime gave it: the rest of the tree is walked only when
+// the runtime did not say which process it is.
+func (p *Plugin) startScore(g *guard, c *enforce.Container, ctr *api.Container, err error) (enforce.Change, error) {
+	if pid := int(ctr.GetPid()); pid > 0 {
+		var ch enforce.Change
+		if v := ctr.GetLinux().GetOomScoreAdj(); v != nil {
+			ch = c.SetScore(pid, *g.plan.Score, int(v.GetValue()))
+		} else {
+			ch = c.Score(pid, *g.plan.Score)
+		}
+		if ch.What == enforce.Changed {
+			p.m.adjustments.WithLabelValues(enforce.SettingScore, "start").Inc()
+		}
+		if ch.Err != nil {
+			p.m.errors.WithLabelValues("start").Inc()
+		}
+		return ch, errors.Join(err, ch.Err)
+	}
+	to := strconv.Itoa(*g.plan.Score)
+	ch := enforce.Change{Setting: enforce.SettingScore, From: to, To: to, What: enforce.Unchanged}
+	n, serr := p.enforceScore(g, c, "start")
+	if n > 0 {
+		ch.What, ch.From = enforce.Changed, ""
+		if v := ctr.GetLinux().GetOomScoreAdj(); v != nil {
+			ch.From = strconv.FormatInt(v.GetValue(), 10)
+		}
+	}
+	return ch, errors.Join(err, serr)
+}
+
 // PostUpdateContainer sets the plan again after a resize: kubelet re-sends
 // memory.oom.group = 1 (and its score) with every one, and the runtime has
-// applied them.
+// applied them. The group is one write, done before the reply; the scores
+// of the container's processes are set after it, so that a resize holds
+// the runtime's NRI lock no longer than a create, however many processes
+// the container runs.
 func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
 	defer p.failOpen("update", &err)
 	p.mu.Lock()
 	g := p.guarded[ctr.GetId()]
 	p.mu.Unlock()
-	if g != nil {
-		p.verify(g, "update")
+	if g == nil || !p.current(g) {
+		return nil
+	}
+	if g.plan.Group != nil {
+		if c, err := p.container(g, "update"); err == nil {
+			if err := p.verifyGroup(g, c, "update"); err != nil && !enforce.IsGone(err) {
+				p.m.errors.WithLabelValues("update").Inc()
+				p.log.Warn("setting the group again after an update failed", g.attrs("err", err)...)
+			}
+		}
+	}
+	if g.plan.Score != nil && g.rescoring.CompareAndSwap(false, true) {
+		p.background.Add(1)
+		go func() {
+			defer p.background.Done()
+			g.rescoring.Store(false) // an update from now on walks again
+			p.verify(g, "update")
+		}()
 	}
 	return nil
 }
@@ -353,24 +410,21 @@ func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *
 // RemoveContainer forgets the container, and its OOM kill series.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	p.mu.Lock()
+	g := p.guarded[ctr.GetId()]
 	delete(p.guarded, ctr.GetId())
+	delete(p.decided, ctr.GetId())
 	info, ok := p.known[ctr.GetId()]
 	delete(p.known, ctr.GetId())
 	p.unindexLocked(ctr.GetId(), info)
 	p.mu.Unlock()
+	p.counts.remove(ctr.GetId())
+	if g != nil {
+		p.guardsChanged(g)
+	}
 	if ok {
 		p.m.forget(info)
 	}
 	return nil
-}
-
-// learn records the container's names, for the OOM kills in it.
-func (p *Plugin) learn(pod *api.PodSandbox, ctr *api.Container) {
-	info := newCtrInfo(pod, ctr)
-	p.mu.Lock()
-	p.known[ctr.GetId()] = info
-	p.indexLocked(ctr.GetId(), info)
-	p.mu.Unlock()
 }
 
 func newCtrInfo(pod *api.PodSandbox, ctr *api.Container) ctrInfo {
@@ -405,7 +459,7 @@ func (p *Plugin) failOpen(phase string, err *error) {
 // decide runs the policy on what NRI tells about the container, masks it
 // against what the node supports, logs and counts it, and returns the
 // container to guard; nil when the plan changes nothing.
-func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *guard {
+func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) (*guard, policy.Decision) {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
 	pol := p.pol.Load()
 	p.remember(ctr, f, pol)
@@ -418,19 +472,21 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) *
 	plan := p.node.Load().Plan(dec)
 	if !dec.Changes() {
 		p.log.Debug("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule, "reasons", dec.Reasons)...)...)
-		return nil
+		return nil, dec
 	}
 	p.m.decisions.WithLabelValues(dec.Rule).Inc()
-	p.log.Info("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule,
-		enforce.SettingScore, plan.ScoreChange(f.OOMScoreAdj).String(),
-		enforce.SettingGroup, plan.GroupChange(f.OOMGroup).String(), "reasons", dec.Reasons)...)...)
+	if phase != "start" { // StartContainer says what it decided and did in one line
+		p.log.Info("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule,
+			enforce.SettingScore, plan.ScoreChange(f.OOMScoreAdj).String(),
+			enforce.SettingGroup, plan.GroupChange(f.OOMGroup).String(), "reasons", dec.Reasons)...)...)
+	}
 	if !plan.Changes() {
-		return nil
+		return nil, dec
 	}
 	return &guard{
 		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
 		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), plan: plan, pol: pol,
-	}
+	}, dec
 }
 
 // container is the container's own cgroup, as Locate finds and checks it.
@@ -442,7 +498,7 @@ func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
 	pid, cgroupsPath := g.pid, g.cgroupsPath
 	p.mu.Unlock()
 	c, err := p.node.Load().Locate(cgroupsPath, int(pid))
-	if err == nil && cgroupsPath == "" {
+	if err == nil && cgroupsPath != c.Cgroup() { // found: by its path from now on
 		p.mu.Lock()
 		g.cgroupsPath = c.Cgroup()
 		p.mu.Unlock()

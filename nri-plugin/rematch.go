@@ -223,13 +223,14 @@ func (p *Plugin) rematchOne(pol *policy.Policy, id string, d decided, old *guard
 	}
 	if g != nil {
 		if old != nil { // what the old guard learnt of the container
-			g.cgroupsPath, g.pid, g.oomKills = old.cgroupsPath, old.pid, old.oomKills
+			g.cgroupsPath, g.pid, g.oomKills, g.cgroupID = old.cgroupsPath, old.pid, old.oomKills, old.cgroupID
 		}
 		p.guarded[id] = g
 	} else {
 		delete(p.guarded, id)
 	}
 	p.mu.Unlock()
+	p.guardsChanged(old, g)
 	if g != nil {
 		p.m.decisions.WithLabelValues(dec.Rule).Inc()
 	}

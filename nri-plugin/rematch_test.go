@@ -149,9 +149,6 @@ func TestRematchCatchesDecisionsDuringAReload(t *testing.T) {
 	p := New(Options{Config: parse(shipped), Root: root, Log: slog.New(slog.NewTextHandler(logs, nil)), Metrics: NewMetrics()})
 	ctx := context.Background()
 	start := func(c *api.Container) {
-		if _, _, err := p.CreateContainer(ctx, pod, c); err != nil {
-			t.Fatal(err)
-		}
 		if err := p.StartContainer(ctx, pod, c); err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +311,6 @@ func TestRematchTooLarge(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	p := New(Options{Config: c, Root: root, Log: slog.New(slog.NewTextHandler(logs, nil)), Metrics: NewMetrics()})
 	ctx := context.Background()
-	p.CreateContainer(ctx, pod, ctr)
 	p.StartContainer(ctx, pod, ctr)
 	if score, _ := onNode(t, root, ctr); score != "950" {
 		t.Fatalf("score %s at the start", score)

@@ -63,10 +63,15 @@ func (p *Plugin) verify(g *guard, phase string) {
 	if enforce.IsGone(err) {
 		// Not started yet, or gone without a RemoveContainer we saw.
 		p.mu.Lock()
+		gone := false
 		if g.missing++; g.missing > 3 {
 			delete(p.guarded, g.id)
+			gone = true
 		}
 		p.mu.Unlock()
+		if gone {
+			p.guardsChanged(g)
+		}
 		return
 	}
 	if err != nil {

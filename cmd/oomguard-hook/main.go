@@ -61,6 +61,7 @@ func program() *cli.Command {
 			fs.BoolVar(&o.Strict, "strict", false, "fail closed: exit non-zero on any error (also strict = true in the config)")
 			fs.StringVar(&o.Root, "root", "/", "host filesystem `DIR` holding /proc and /sys")
 			fs.StringVar(&o.LogFile, "log-file", "", "log `DEST` overriding the config's log.file: a path, syslog or stderr")
+			fs.StringVar(&o.CacheDir, "cache-dir", hook.DefaultCacheDir, "`DIR` keeping the parsed configuration between runs, the owner's alone; \"\" parses it every run")
 			fs.DurationVar(&o.Deadline, "deadline", hook.DefaultDeadline, "give up on the container (leave it as it is) after this long")
 		},
 		Run: func(_ context.Context, _ []string, s cli.IO) int { return runHook(o, s.Stdin, s.Stderr) },

@@ -302,3 +302,58 @@ func (c *Container) Largest(n int) ([]kernel.Process, error) {
 // maxLargestScan bounds the processes Largest reads: a container may hold
 // thousands, and the read runs at every OOM kill.
 const maxLargestScan = 4096
+
+// WatchKills has w tell when the container's OOM-kill count changes
+// (memory.events, cgroup v2 only).
+func (c *Container) WatchKills(w *kernel.Watch) (int32, error) {
+	return w.AddMemoryEvents(c.n.root, c.n.mode, c.cgroup)
+}
+
+// ID is the container cgroup's id (cgroup v2 only).
+func (c *Container) ID() (uint64, error) { return kernel.CgroupID(c.n.root, c.n.mode, c.cgroup) }
+
+// SetScore writes want to pid's oom_score_adj without reading it first:
+// from is what the runtime set it to (a container's init as it starts),
+// reported as its old value; equal to want, nothing is written. pid must
+// still be in the container.
+func (c *Container) SetScore(pid, want, from int) Change {
+	ch := Change{Setting: SettingScore, From: itoa(from), To: itoa(want), What: Unchanged}
+	if from == want {
+		return ch
+	}
+	// By path, not through /proc/PID's directory: the init, held by its
+	// runtime until it starts, cannot give its pid to another process.
+	seen, err := kernel.ProcCgroup(c.n.root, c.n.mode, pid)
+	if err == nil && !within(c.hostPath(seen), c.cgroup) {
+		ch.What, ch.Err = Refused, fmt.Errorf("pid %d is not in the container's cgroup %s but in %s: %w", pid, c.cgroup, seen, ErrNotContained)
+		return ch
+	}
+	if err == nil {
+		err = kernel.WriteScore(c.n.root, pid, want)
+	}
+	if err != nil {
+		ch.What, ch.Err = Failed, fmt.Errorf("set oom_score_adj of pid %d: %w", pid, err)
+		return ch
+	}
+	ch.What = Changed
+	return ch
+}
+
+// SetGroup writes memory.oom.group without reading it first: from is what
+// the runtime set it to as it made the cgroup; equal to want, nothing is
+// written.
+func (c *Container) SetGroup(want, from bool) Change {
+	ch := Change{Setting: SettingGroup, From: kernel.GroupValue(from), To: kernel.GroupValue(want), What: Unchanged}
+	if from == want {
+		return ch
+	}
+	if err := kernel.WriteOOMGroup(c.n.root, c.n.mode, c.cgroup, want); err != nil {
+		ch.What, ch.Err = Failed, fmt.Errorf("set memory.oom.group of %s: %w", c.cgroup, err)
+		if errors.Is(err, kernel.ErrUnsupported) {
+			ch.What, ch.Why = Unsupported, unsupported(c.n.mode)
+		}
+		return ch
+	}
+	ch.What = Changed
+	return ch
+}

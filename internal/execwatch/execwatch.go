@@ -31,8 +31,9 @@ const (
 
 // Watcher is a subscription to the kernel's process events.
 type Watcher struct {
-	fd  int
-	buf []byte
+	fd        int
+	buf       []byte
+	datagrams int // the kernel's, read
 }
 
 // Open subscribes to process events. Read returns every pollInterval at
@@ -53,6 +54,9 @@ func Open() (*Watcher, error) {
 	// A burst of execs overflows the default buffer; what is lost is
 	// reported, and the verifier still finds it.
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, onlyExecsAndForks()); err != nil {
+		return fail("filter", err)
+	}
 	tv := unix.NsecToTimeval(pollInterval.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return fail("set a timeout on", err)
@@ -75,7 +79,12 @@ type Event struct {
 	Parent int // the process that forked it; 0 for an exec
 	// Time is when it happened on the kernel's monotonic clock (Now's).
 	Time time.Duration
+	// Cgroup is the watched cgroup the process is under (Filtered's
+	// events); 0 from the process connector.
+	Cgroup uint64
 }
+
+func durationNs(ns uint64) time.Duration { return time.Duration(int64(ns)) }
 
 // Now is the kernel's monotonic clock, which events are stamped with.
 func Now() time.Duration {
@@ -103,6 +112,7 @@ func (w *Watcher) Read(evs []Event) ([]Event, error) {
 	if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
 		return evs, nil
 	}
+	w.datagrams++
 	return Parse(w.buf[:n], evs), nil
 }
 
@@ -122,6 +132,32 @@ func listenMessage() []byte {
 	ne.PutUint16(c[16:], 4)
 	ne.PutUint32(c[cnMsgLen:], procCnMcastListen)
 	return b
+}
+
+// onlyExecsAndForks is a socket filter that drops, in the kernel, every
+// event but execs and forks of processes (not threads): exits, threads,
+// renames and the rest never wake oomguard.
+func onlyExecsAndForks() *unix.SockFprog {
+	// Classic BPF loads words big-endian; the connector writes them native.
+	word := func(v uint32) uint32 {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], v)
+		return binary.BigEndian.Uint32(b[:])
+	}
+	const what = nlmsgHdrLen + cnMsgLen
+	const childPid, childTgid = what + procEventHeaderLen + 8, what + procEventHeaderLen + 12
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: what},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 5, Jf: 0, K: word(procEventExec)},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 5, K: word(procEventFork)},
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: childTgid},
+		{Code: unix.BPF_MISC | unix.BPF_TAX},
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: childPid},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_X, Jt: 0, Jf: 1},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	return &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 }
 
 // Parse appends the exec and process fork events in a datagram from the

@@ -10,10 +10,15 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // Regexp is g as an anchored regular expression.
 func Regexp(g string) (string, error) {
+	if !utf8.ValidString(g) {
+		return "", fmt.Errorf("glob %q is not UTF-8", g)
+	}
 	var b strings.Builder
 	b.WriteString("^")
 	for i := 0; i < len(g); i++ {
@@ -26,8 +31,9 @@ func Regexp(g string) (string, error) {
 			if i+1 == len(g) {
 				return "", fmt.Errorf("glob %q ends in a lone '\\'", g)
 			}
-			i++
-			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
+			_, w := utf8.DecodeRuneInString(g[i+1:])
+			b.WriteString(regexp.QuoteMeta(g[i+1 : i+1+w]))
+			i += w
 		case '[':
 			end := strings.IndexByte(g[i+1:], ']')
 			if end == 0 { // "[]...]": a leading ']' is a literal member
@@ -50,7 +56,9 @@ func Regexp(g string) (string, error) {
 			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
 			i += end + 1
 		default:
-			b.WriteString(regexp.QuoteMeta(string(ch)))
+			_, w := utf8.DecodeRuneInString(g[i:])
+			b.WriteString(regexp.QuoteMeta(g[i : i+w]))
+			i += w - 1
 		}
 	}
 	b.WriteString("$")
@@ -60,7 +68,7 @@ func Regexp(g string) (string, error) {
 // Check reports why g is not a glob Compile takes, without compiling it.
 func Check(g string) error {
 	src, err := Regexp(g)
-	if err != nil {
+	if err != nil || !strings.Contains(g, "[") { // quoted literals, '.' and '.*' parse
 		return err
 	}
 	if _, err := syntax.Parse(src, syntax.Perl); err != nil {
@@ -87,4 +95,81 @@ func Compile(g string) (*regexp.Regexp, error) {
 func CheckRegexp(expr string) error {
 	_, err := syntax.Parse(expr, syntax.Perl)
 	return err
+}
+
+// Pattern is a glob ready to match. One without a character class is
+// matched as it is, with nothing compiled (a hook decides once per
+// container, in a process of its own); one with a class is compiled to a
+// regular expression the first time it matches.
+type Pattern struct {
+	glob string
+	re   func() (*regexp.Regexp, error)
+}
+
+// Parse checks g and returns it as a Pattern.
+func Parse(g string) (Pattern, error) {
+	if err := Check(g); err != nil {
+		return Pattern{}, err
+	}
+	p := Pattern{glob: g}
+	if strings.Contains(g, "[") {
+		p.re = sync.OnceValues(func() (*regexp.Regexp, error) { return Compile(g) })
+	}
+	return p, nil
+}
+
+// Match reports whether s matches the whole glob, as its regular
+// expression (Regexp) would: '*' and '?' match any character but a newline.
+func (p Pattern) Match(s string) bool {
+	if p.re != nil {
+		re, err := p.re()
+		return err == nil && re.MatchString(s)
+	}
+	return match(p.glob, s)
+}
+
+// match is a glob of literals, escapes, '?' and '*' against the whole of
+// s, rune by rune, backtracking to the last '*' only.
+func match(g, s string) bool {
+	type point struct{ g, s int }
+	var last *point // the pattern after the last '*', and where s stands
+	gi, si := 0, 0
+	for {
+		if gi < len(g) {
+			switch g[gi] {
+			case '*':
+				last = &point{gi + 1, si}
+				gi++
+				continue
+			case '?':
+				if r, w := utf8.DecodeRuneInString(s[si:]); si < len(s) && r != '\n' {
+					gi, si = gi+1, si+w
+					continue
+				}
+			default:
+				lit, lw := utf8.DecodeRuneInString(g[gi:])
+				if lit == '\\' {
+					lit, lw = utf8.DecodeRuneInString(g[gi+1:])
+					lw++
+				}
+				if r, w := utf8.DecodeRuneInString(s[si:]); si < len(s) && r == lit {
+					gi, si = gi+lw, si+w
+					continue
+				}
+			}
+		} else if si == len(s) {
+			return true
+		}
+		// No match here: let the last '*' take one rune more, unless that
+		// rune is a newline, which no '*' takes.
+		if last == nil || last.s >= len(s) {
+			return false
+		}
+		r, w := utf8.DecodeRuneInString(s[last.s:])
+		if r == '\n' {
+			return false
+		}
+		last.s += w
+		gi, si = last.g, last.s
+	}
 }

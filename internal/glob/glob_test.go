@@ -52,3 +52,51 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+func TestPattern(t *testing.T) {
+	for _, tc := range []struct {
+		glob, s string
+		want    bool
+	}{
+		{"*", "", true},
+		{"kube-*", "kube-system", true},
+		{"kube-*", "kube", false},
+		{"*-runc", "sysbox-runc", true},
+		{"a*b*c", "aXbYc", true},
+		{"a*b*c", "aXb\nc", false},
+		{"*", "a\nb", false},
+		{"?", "é", true},
+		{`a\*`, "a*", true},
+		{`a\*`, "ab", false},
+		{"team-[ab]", "team-b", true},
+		{"team-[!ab]", "team-b", false},
+	} {
+		p, err := Parse(tc.glob)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.glob, err)
+		}
+		if got := p.Match(tc.s); got != tc.want {
+			t.Errorf("glob %q on %q = %v, want %v", tc.glob, tc.s, got, tc.want)
+		}
+	}
+}
+
+// A Pattern matches what the glob's regular expression matches.
+func FuzzMatch(f *testing.F) {
+	for _, c := range [][2]string{{"*", "a\nb"}, {"a*b*c", "aXbYc"}, {"*\n*", "a\nb"}, {`\**`, "**"}, {"?*?", "ab"}, {"[a-c]*", "b\n"}} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, g, s string) {
+		p, err := Parse(g)
+		if err != nil {
+			return
+		}
+		re, err := Compile(g)
+		if err != nil {
+			t.Fatalf("glob %q parses, and does not compile: %v", g, err)
+		}
+		if got, want := p.Match(s), re.MatchString(s); got != want {
+			t.Fatalf("glob %q on %q: %v, its regular expression says %v", g, s, got, want)
+		}
+	})
+}

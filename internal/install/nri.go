@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path"
 	"strings"
-	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/changes"
@@ -245,12 +245,14 @@ func serving(w *changes.Set, socket string) bool {
 	if err != nil {
 		return false
 	}
-	c, err := net.DialTimeout("unix", h, time.Second)
+	// A raw connect: package net would cost oomguard-hook's every run its init.
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}
-	c.Close()
-	return true
+	defer unix.Close(fd)
+	err = unix.Connect(fd, &unix.SockaddrUnix{Name: h})
+	return err == nil || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINPROGRESS) // a full backlog is a server too
 }
 
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the

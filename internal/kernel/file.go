@@ -14,11 +14,13 @@ package kernel
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"strconv"
 	"syscall"
 
 	"github.com/oomguard/oomguard/internal/safeio"
+	"golang.org/x/sys/unix"
 )
 
 // Bounds on what is read from /proc and /sys: a file there is small, unless
@@ -29,8 +31,12 @@ const (
 	MaxTable   = 16 << 20 // /proc/interrupts, /proc/stat, cgroup.procs on a large node
 )
 
-// ReadFile reads a kernel file of at most limit bytes, never waiting on it.
-func ReadFile(p string, limit int64) ([]byte, error) { return safeio.ReadFile(p, limit) }
+// ReadFile reads a kernel file of at most limit bytes, never waiting on it,
+// on raw system calls: an os.File would try (and fail) to register each
+// /proc and /sys file with the poller, two system calls more a file.
+func ReadFile(p string, limit int64) ([]byte, error) {
+	return readAt(unix.AT_FDCWD, "", p, int(min(limit, int64(math.MaxInt32))))
+}
 
 // ReadInt reads a file that holds one integer.
 func ReadInt(p string) (int, error) {
@@ -83,6 +89,9 @@ func readAt(dirfd int, dir, name string, limit int) ([]byte, error) {
 		}
 		if n += m; n > limit {
 			return nil, &os.PathError{Op: "read", Path: dir + name, Err: safeio.ErrTooLarge}
+		}
+		if n < len(buf) { // a short read is the end: the kernel's files fill what is asked
+			return buf[:n], nil
 		}
 		if n == len(buf) {
 			buf = append(buf, make([]byte, len(buf))...)

@@ -97,6 +97,14 @@ func (d *ProcDir) SetOOMScoreAdj(v int) error {
 	return writeAt(d.fd, d.path, "oom_score_adj", []byte(strconv.Itoa(v)+"\n"))
 }
 
+// WriteScore sets pid's oom_score_adj by its path.
+func WriteScore(root string, pid, v int) error {
+	if v < OOMScoreAdjMin || v > OOMScoreAdjMax {
+		return fmt.Errorf("oom_score_adj %d is outside %d..%d", v, OOMScoreAdjMin, OOMScoreAdjMax)
+	}
+	return WriteFile(filepath.Join(root, "proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(v)+"\n"))
+}
+
 // Start is when the process started, in clock ticks after boot
 // (/proc/PID/stat's starttime): with the pid, what names it across reuse.
 func (d *ProcDir) Start() (uint64, error) {

@@ -7,41 +7,42 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/glob"
 )
 
 type compiled struct {
-	namespaces, handlers, containers, images []*regexp.Regexp
-	labels, annotations                      map[string]*regexp.Regexp
-	command                                  *regexp.Regexp
+	namespaces, handlers, containers, images []glob.Pattern
+	labels, annotations                      map[string]glob.Pattern
+	command                                  func() *regexp.Regexp // compiled at its first use
 	qos                                      []string
 }
 
 func compileMatch(m *config.Match) (compiled, error) {
 	var errs []error
-	globs := func(field string, in []string) []*regexp.Regexp {
-		out := make([]*regexp.Regexp, 0, len(in))
+	globs := func(field string, in []string) []glob.Pattern {
+		out := make([]glob.Pattern, 0, len(in))
 		for _, g := range in {
-			re, err := glob.Compile(g)
+			p, err := glob.Parse(g)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("match.%s: %w", field, err))
 				continue
 			}
-			out = append(out, re)
+			out = append(out, p)
 		}
 		return out
 	}
-	kv := func(field string, in map[string]string) map[string]*regexp.Regexp {
-		out := make(map[string]*regexp.Regexp, len(in))
+	kv := func(field string, in map[string]string) map[string]glob.Pattern {
+		out := make(map[string]glob.Pattern, len(in))
 		for _, k := range slices.Sorted(maps.Keys(in)) {
-			re, err := glob.Compile(in[k])
+			p, err := glob.Parse(in[k])
 			if err != nil {
 				errs = append(errs, fmt.Errorf("match.%s[%q]: %w", field, k, err))
 				continue
 			}
-			out[k] = re
+			out[k] = p
 		}
 		return out
 	}
@@ -53,12 +54,8 @@ func compileMatch(m *config.Match) (compiled, error) {
 		labels:      kv("pod_labels", m.PodLabels),
 		annotations: kv("annotations", m.Annotations),
 	}
-	if m.Command != "" {
-		re, err := regexp.Compile(m.Command)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("match.command %q is not a valid regular expression: %w", m.Command, err))
-		}
-		c.command = re
+	if cmd := m.Command; cmd != "" { // config.Validate parsed it: a rule that never matches otherwise
+		c.command = sync.OnceValue(func() *regexp.Regexp { re, _ := regexp.Compile(cmd); return re })
 	}
 	for _, q := range m.QoS {
 		n := strings.ToLower(q)
@@ -85,20 +82,23 @@ func (c *compiled) matches(f *Facts) bool {
 	if len(c.images) > 0 && !anyMatch(c.images, f.Image) {
 		return false
 	}
-	for k, re := range c.labels {
+	for k, p := range c.labels {
 		v, ok := f.Labels[k]
-		if !ok || !re.MatchString(v) {
+		if !ok || !p.Match(v) {
 			return false
 		}
 	}
-	for k, re := range c.annotations {
+	for k, p := range c.annotations {
 		v, ok := f.Annotations[k]
-		if !ok || !re.MatchString(v) {
+		if !ok || !p.Match(v) {
 			return false
 		}
 	}
-	if c.command != nil && (len(f.Args) == 0 || !c.command.MatchString(Program(f.Args))) {
-		return false
+	if c.command != nil {
+		re := c.command()
+		if len(f.Args) == 0 || re == nil || !re.MatchString(Program(f.Args)) {
+			return false
+		}
 	}
 	if len(c.qos) > 0 && !slices.Contains(c.qos, strings.ToLower(f.QoS)) {
 		return false
@@ -106,9 +106,9 @@ func (c *compiled) matches(f *Facts) bool {
 	return true
 }
 
-func anyMatch(res []*regexp.Regexp, s string) bool {
-	for _, re := range res {
-		if re.MatchString(s) {
+func anyMatch(ps []glob.Pattern, s string) bool {
+	for _, p := range ps {
+		if p.Match(s) {
 			return true
 		}
 	}

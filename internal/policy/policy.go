@@ -8,7 +8,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -70,7 +69,7 @@ func (d *Decision) Changes() bool { return d.OOMScoreAdj != nil || d.OOMGroup !=
 type Policy struct {
 	rules   []rule
 	ann     config.Annotations
-	trusted []*regexp.Regexp
+	trusted []glob.Pattern
 }
 
 type rule struct {
@@ -85,7 +84,7 @@ func New(c *config.Config) (*Policy, error) {
 	var errs []error
 	p := &Policy{ann: c.Annotations}
 	for _, g := range c.Annotations.TrustedNamespaces {
-		re, err := glob.Compile(g)
+		re, err := glob.Parse(g)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("annotations.trusted_namespaces: %w", err))
 			continue

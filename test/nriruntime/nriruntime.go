@@ -208,6 +208,13 @@ func (rt *Runtime) StartContainer(pod *api.PodSandbox, ctr *api.Container) error
 	return rt.r.StartContainer(context.Background(), &api.StartContainerRequest{Pod: pod, Container: ctr})
 }
 
+// Remove relays RemoveContainer: the container is gone.
+func (rt *Runtime) Remove(pod *api.PodSandbox, ctr *api.Container) error {
+	b := rt.r.BlockPluginSync()
+	defer b.Unblock()
+	return rt.r.RemoveContainer(context.Background(), &api.RemoveContainerRequest{Pod: pod, Container: ctr})
+}
+
 // PostUpdate relays PostUpdateContainer: the runtime applied a resize.
 func (rt *Runtime) PostUpdate(pod *api.PodSandbox, ctr *api.Container) error {
 	b := rt.r.BlockPluginSync()

@@ -13,20 +13,30 @@ import (
 
 // RepoRoot is the directory of the main module's go.mod.
 func RepoRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	// The directory above that holds go.mod, as go env GOMOD finds it (go
+	// need not be installed: the benchmarks run where it is not).
+	dir, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", err
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside the oomguard module")
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/oomguard/oomguard\n") {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("not inside the oomguard module")
+		}
+		dir = up
 	}
-	return filepath.Dir(mod), nil
 }
 
 // Build builds pkg (a package path relative to the repository, such as
 // ./cmd/oomguard-hook, or a file) into dir/name and returns its path.
 func Build(dir, name, pkg string, env ...string) (string, error) {
+	if dir := os.Getenv(PrebuiltEnv); dir != "" { // a machine without Go
+		return filepath.Join(dir, name), nil
+	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
@@ -45,6 +55,11 @@ func Build(dir, name, pkg string, env ...string) (string, error) {
 	}
 	return out, nil
 }
+
+// PrebuiltEnv names a directory whose programs Build returns instead of
+// building them (by name): for a machine without Go, where they were built
+// beforehand.
+const PrebuiltEnv = "OOMGUARD_PREBUILT"
 
 // Program builds ./cmd/name into dir.
 func Program(dir, name string) (string, error) { return Build(dir, name, "./cmd/"+name) }

@@ -393,7 +393,7 @@ func (r *clusterRun) install(ctx context.Context) error {
 	if err := r.expect(ctx, "vm-1", "900", "0"); err != nil {
 		return err
 	}
-	if err := r.logged(ctx, "default/vm-1", `msg="applied before start"`); err != nil {
+	if err := r.logged(ctx, "default/vm-1", ` msg=decision `, ` phase=start `); err != nil {
 		return err
 	}
 	// The pod that ran before was fixed when the plugin synchronized.
@@ -581,7 +581,7 @@ func (r *clusterRun) resize(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", err, r.expect(ctx, "vm-1", "900", "0"))
 	}
-	out, _ := r.sh(ctx, "plugin_log | grep ' pod=default/vm-1 ' | grep -v 'msg=decision\\|applied before start' | tail -4")
+	out, _ := r.sh(ctx, "plugin_log | grep ' pod=default/vm-1 ' | grep -v 'msg=decision' | tail -4")
 	r.Note("%s: after the resize the plugin logged: %s", r.rt.Component, cmp.Or(strings.TrimSpace(out), "nothing (no update reached it, and nothing drifted)"))
 	return nil
 }

@@ -407,7 +407,7 @@ func reportOnly(r *vm.Run) error {
 // before it started (StartContainer: the runtime's spec keeps kubelet's
 // values, which oomguard never claims).
 func guarded(r *vm.Run) error {
-	if _, _, ok := pluginTimes(r, "idle", "decision", "applied before start"); !ok {
+	if _, ok := pluginLine(r, "ml/idle-node", " msg=decision ", " phase=start "); !ok {
 		return fmt.Errorf("the plugin did not set the idle pod's container before it started")
 	}
 	return kubeIncidents(r, "nri")
@@ -418,38 +418,13 @@ func hookGuarded(r *vm.Run) error { return kubeIncidents(r, "hook") }
 // pod was set before start and a process exec'd into it (which starts at the
 // spec's -997) is at 900 moments later: only the exec watcher can have set it.
 func execWatched(r *vm.Run) error {
-	created, applied, ok := pluginTimes(r, "idle", "decision", "applied before start")
-	if !ok {
+	if _, ok := pluginLine(r, "ml/idle-node", " msg=decision ", " phase=start "); !ok {
 		return fmt.Errorf("the plugin did not set the idle pod's container before it started")
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("containerd 1.7.25: the idle pod's container set at StartContainer %s after the plugin's create decision",
-		applied.Sub(created).Round(time.Millisecond)))
 	if w := r.Result("watch"); w == nil || w["now"] != "900" {
 		return fmt.Errorf("the idle pod's init: %v, want 900", w)
 	}
 	return kubeIncidents(r, "nri")
-}
-
-// pluginTimes finds, in the plugin's log, the first line with msg first and
-// the first with msg then about static pod's container, and when they were logged.
-func pluginTimes(r *vm.Run, pod, first, then string) (t1, t2 time.Time, ok bool) {
-	at := func(msg string) (time.Time, bool) {
-		part := " msg=" + msg + " " // slog quotes a message with spaces
-		if strings.Contains(msg, " ") {
-			part = ` msg="` + msg + `" `
-		}
-		l, ok := pluginLine(r, "ml/"+pod+"-node", part)
-		if !ok {
-			return time.Time{}, false
-		}
-		_, rest, _ := strings.Cut(l, "time=")
-		ts, _, _ := strings.Cut(rest, " ")
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		return t, err == nil
-	}
-	t1, ok1 := at(first)
-	t2, ok2 := at(then)
-	return t1, t2, ok1 && ok2
 }
 
 // PodStarts is how long each static pod of the incidents (not the selector

@@ -352,28 +352,37 @@ func TestE2EAnotherWriterWins(t *testing.T) {
 		name string
 		head int // the other writer writes as this run's HEAD of the destination number head comes
 		want string
+		own  bool
 	}{
-		// HEADs of the destination: 1 the plan's, 2 just before the push, 3 just after it.
-		{"between plan and push", 2, "another writer pushed it after this run planned"},
-		{"during the push", 3, "another writer pushed it at the same time"},
+		// HEADs of the destination: 1 just before the push (an apply's
+		// plan does not look: that look would be older), 2 just after it.
+		{"between plan and push", 1, "already holds", false},
+		{"during the push", 2, "another writer pushed it at the same time", false},
+		{"between plan and push, own uploads", 1, "already holds", true},
+		{"during the push, own uploads", 2, "another writer pushed it at the same time", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := startRegistry(t)
 			seed(t, reg.Host, "ml/base", 1)
 			src := mustTag(t, reg.Host+"/ml/base:v000")
+			// Either way of uploading the config: go-containerregistry's
+			// writer (no WithRegistry), or the patcher's own.
 			p, err := New(ShimSpec())
+			if tc.own {
+				p, err = New(ShimSpec(), WithRegistry(remote.DefaultTransport, nil))
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			dst, _ := p.DestinationTag(src)
 			other := image(t, "amd64", types.OCIManifestSchema1, []string{"/theirs"}, nil)
 			otherDigest, _ := other.Digest()
-			heads := 0
+			var heads atomic.Int64
 			reg.Inject(func(r *http.Request) int {
 				if r.Method != http.MethodHead || !strings.HasSuffix(r.URL.Path, "/manifests/"+dst.TagStr()) {
 					return 0
 				}
-				if heads++; heads == tc.head {
+				if heads.Add(1) == int64(tc.head) {
 					direct, _ := name.NewTag(reg.Direct + "/ml/base:" + dst.TagStr())
 					if err := remote.Write(direct, other); err != nil {
 						t.Errorf("the other writer: %v", err)
@@ -386,9 +395,69 @@ func TestE2EAnotherWriterWins(t *testing.T) {
 			if res.Action != ActionRefused || !strings.Contains(res.Error, tc.want) {
 				t.Fatalf("want refused with %q, got %+v", tc.want, res)
 			}
+			if n := heads.Load(); n != int64(tc.head) {
+				t.Fatalf("the destination was looked at %d times, want %d", n, tc.head)
+			}
 			if d, err := remote.Head(dst); err != nil || d.Digest != otherDigest {
 				t.Fatalf("the tag must hold the other writer's %s: %v %v", otherDigest, d, err)
 			}
 		})
 	}
+}
+
+// requestKind names a registry request by what it does: the /v2/ ping, a
+// manifest, a blob, an upload, a tag listing, with its method.
+func requestKind(q registrytest.Request) string {
+	switch p := q.Path; {
+	case p == "/v2/":
+		return "ping"
+	case strings.Contains(p, "/manifests/"):
+		return "manifest " + q.Method
+	case strings.Contains(p, "/blobs/uploads/"):
+		return "upload " + q.Method
+	case strings.Contains(p, "/blobs/"):
+		return "blob " + q.Method
+	case strings.HasSuffix(p, "/tags/list"):
+		return "tags " + q.Method
+	}
+	return q.Method + " " + q.Path
+}
+
+// What patching many tags of one repository with --jobs 8 costs. A tag:
+// its manifest and config read, the destination looked at just before the
+// push and just after it, the config uploaded (POST, then PUT with the
+// body) and the manifest put: 7. A run: the pings, the tag listing and the
+// patch layer (looked for and uploaded once). Issue 33: it was 10 a tag
+// (the plan and the push each looked at the destination, and each config
+// went up in four requests: HEAD, POST, PATCH, PUT).
+func TestE2ERequestsPerTag(t *testing.T) {
+	reg := startRegistry(t)
+	bin := buildCLI(t)
+	const n, perTag, perRun = 40, 7, 10
+	seed(t, reg.Host, "ml/many", n)
+	count := func(what string, perTag int) {
+		t.Helper()
+		reqs := reg.Requests()
+		kinds := map[string]int{}
+		for _, q := range reqs {
+			kinds[requestKind(q)]++
+		}
+		if len(reqs) > perTag*n+perRun {
+			t.Errorf("%s: %d requests for %d tags, %.2f a tag; want at most %d a tag and %d a run: %v", what, len(reqs), n, float64(len(reqs))/n, perTag, perRun, kinds)
+		}
+		t.Logf("%s: %d requests, %.2f a tag: %v", what, len(reqs), float64(len(reqs))/n, kinds)
+	}
+	reg.Reset()
+	code, res, stderr := cli(t, bin, "apply", "--repo", reg.Host+"/ml/many", "--tag-regex", "^v[0-9]+$", "--jobs", "8")
+	if code != 0 || actions(res)[ActionPush] != n {
+		t.Fatalf("apply: exit %d, %v, %s", code, actions(res), stderr)
+	}
+	count("apply", perTag)
+	// Again: the sources read, each destination looked at once, nothing written.
+	reg.Reset()
+	code, res, stderr = cli(t, bin, "apply", "--repo", reg.Host+"/ml/many", "--tag-regex", "^v[0-9]+$", "--jobs", "8")
+	if code != 0 || actions(res)[ActionUnchanged] != n {
+		t.Fatalf("re-apply: exit %d, %v, %s", code, actions(res), stderr)
+	}
+	count("re-apply", 3)
 }

@@ -1,17 +1,21 @@
 package imagepatch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"text/template"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -55,6 +59,10 @@ type Patcher struct {
 	tmpl *template.Template
 	ropt []remote.Option
 	jobs int
+	// The transport and credentials of WithRegistry, for the requests
+	// the patcher makes itself; nil: it makes none.
+	rt   http.RoundTripper
+	keys authn.Keychain
 
 	mu     sync.Mutex
 	layers map[string]v1.Layer // by arch and media type
@@ -78,6 +86,26 @@ func WithTagTemplate(t string) Option {
 // WithRemoteOptions passes options (auth, transport, retries) to every registry call.
 func WithRemoteOptions(o ...remote.Option) Option {
 	return func(p *Patcher) error { p.ropt = append(p.ropt, o...); return nil }
+}
+
+// WithRegistry sends every registry call through rt, with credentials from
+// keys (nil: anonymous): remote.WithTransport and remote.WithAuthFromKeychain
+// for go-containerregistry's calls, and the same for the patcher's own,
+// which upload a config in two requests (POST, then PUT with the body)
+// instead of go-containerregistry's four (HEAD, POST, PATCH, PUT). Without
+// it, set the transport with WithRemoteOptions and configs go up in four.
+func WithRegistry(rt http.RoundTripper, keys authn.Keychain) Option {
+	return func(p *Patcher) error {
+		if rt == nil {
+			return errors.New("WithRegistry: no transport")
+		}
+		p.rt, p.keys = rt, keys
+		p.ropt = append(p.ropt, remote.WithTransport(rt))
+		if keys != nil {
+			p.ropt = append(p.ropt, remote.WithAuthFromKeychain(keys))
+		}
+		return nil
+	}
 }
 
 // WithJobs bounds how many tags are patched at once.
@@ -115,6 +143,7 @@ func New(spec *Spec, opts ...Option) (*Patcher, error) {
 type session struct {
 	puller *remote.Puller
 	pusher *remote.Pusher
+	blobs  sync.Map // repository → *blobClient, the patcher's own uploads
 }
 
 func (p *Patcher) newSession() (*session, error) {
@@ -126,7 +155,7 @@ func (p *Patcher) newSession() (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry options: %w", err)
 	}
-	return &session{puller, pusher}, nil
+	return &session{puller: puller, pusher: pusher}, nil
 }
 
 func (s *session) opts(ctx context.Context) []remote.Option {
@@ -212,18 +241,14 @@ func (p *Patcher) run(ctx context.Context, srcs []source, apply bool, done func(
 	}
 	builds := make([]*built, len(srcs))
 	p.each(len(srcs), func(i int) {
-		out[i], builds[i] = p.plan(ctx, sess, srcs[i])
+		out[i], builds[i] = p.plan(ctx, sess, srcs[i], apply)
 	})
 	refuseShared(out)
 	p.each(len(srcs), func(i int) {
 		if apply && out[i].Action == ActionPush {
-			switch err := p.push(ctx, sess, builds[i].dst, builds[i]); {
-			case errors.Is(err, errSame):
-				out[i].Action = ActionUnchanged
-			case errors.Is(err, errLost):
-				out[i].Action, out[i].Error = ActionRefused, err.Error()
-			case err != nil:
-				out[i].Action, out[i].Error = ActionFailed, err.Error()
+			var err error
+			if out[i].Action, err = p.push(ctx, sess, builds[i].dst, builds[i]); err != nil {
+				out[i].Error = err.Error()
 			}
 		}
 		if done != nil {
@@ -286,8 +311,10 @@ type built struct {
 }
 
 // plan builds the result for src and says what pushing it would do. A
-// panic while building fails this source only.
-func (p *Patcher) plan(ctx context.Context, sess *session, s source) (res Result, b *built) {
+// panic while building fails this source only. Before an apply the
+// destination is not looked at here: the push looks at it just before
+// it writes, and a look now would only be older.
+func (p *Patcher) plan(ctx context.Context, sess *session, s source, apply bool) (res Result, b *built) {
 	src := s.read
 	res = Result{Source: src.String()}
 	fail := func(err error) (Result, *built) {
@@ -312,6 +339,10 @@ func (p *Patcher) plan(ctx context.Context, sess *session, s source) (res Result
 		return fail(err)
 	}
 	res.Destination = b.dst.String()
+	if apply {
+		res.Action = ActionPush
+		return res, b
+	}
 	existing, ok, err := p.holds(ctx, sess, b.dst)
 	switch {
 	case err != nil:
@@ -319,12 +350,15 @@ func (p *Patcher) plan(ctx context.Context, sess *session, s source) (res Result
 	case ok && existing == b.digest:
 		res.Action = ActionUnchanged
 	case ok:
-		res.Action = ActionRefused
-		res.Error = fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", b.dst, existing)
+		res.Action, res.Error = ActionRefused, taken(b.dst, existing)
 	default:
 		res.Action = ActionPush
 	}
 	return res, b
+}
+
+func taken(dst name.Tag, holds v1.Hash) string {
+	return fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", dst, holds)
 }
 
 // build makes the patched image or index for src, starting from the base
@@ -346,7 +380,10 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 		if err != nil {
 			return nil, "", fmt.Errorf("read index %s: %w", src, err)
 		}
-		base, skip, err := p.rebase(ctx, sess, b, im.Annotations, src, func(bd *remote.Descriptor) error {
+		// The base as verified is the base patched: its entries, read
+		// once for the check, are not read again.
+		var baseIdx v1.ImageIndex
+		upgrade, skip, err := p.rebase(ctx, sess, b, im.Annotations, src, func(bd *remote.Descriptor) error {
 			if !bd.MediaType.IsIndex() {
 				return fmt.Errorf("that is %s, not an index", bd.MediaType)
 			}
@@ -354,15 +391,14 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 			if err != nil {
 				return err
 			}
-			return indexMadeFrom(idx, bi, p.spec.Name)
+			baseIdx = &readOnce{index: bi, images: map[v1.Hash]v1.Image{}}
+			return indexMadeFrom(idx, baseIdx, p.spec.Name)
 		})
 		if err != nil || skip != "" {
 			return nil, skip, err
 		}
-		if base != nil {
-			if idx, err = base.ImageIndex(); err != nil {
-				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
-			}
+		if upgrade {
+			idx = baseIdx
 		}
 		return b, "", p.patchIndex(b, idx, desc.MediaType)
 	case desc.MediaType.IsImage():
@@ -374,7 +410,10 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 		if err != nil {
 			return nil, "", fmt.Errorf("read image %s: %w", src, err)
 		}
-		base, skip, err := p.rebase(ctx, sess, b, cfg.Config.Labels, src, func(bd *remote.Descriptor) error {
+		// The base as verified (its config read for the check) is the
+		// base patched.
+		var baseImg v1.Image
+		upgrade, skip, err := p.rebase(ctx, sess, b, cfg.Config.Labels, src, func(bd *remote.Descriptor) error {
 			if !bd.MediaType.IsImage() {
 				return fmt.Errorf("that is %s, not an image", bd.MediaType)
 			}
@@ -382,15 +421,14 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 			if err != nil {
 				return err
 			}
+			baseImg = bi
 			return madeFrom(img, bi, p.spec.Name)
 		})
 		if err != nil || skip != "" {
 			return nil, skip, err
 		}
-		if base != nil {
-			if img, err = base.Image(); err != nil {
-				return nil, "", fmt.Errorf("read recorded base %s: %w", b.base, err)
-			}
+		if upgrade {
+			img = baseImg
 		}
 		if arch := cfg.Architecture; !p.spec.Supports(arch) {
 			return nil, "", fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
@@ -410,17 +448,17 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 // only where the registry bears it out: the recorded base, read by digest
 // from the source's repository, is what check finds the source made from
 // (the base and at most the patch's layer). Borne out, the same patch and
-// version is skipped, and another version starts from the base, returned
-// to be read in place of the source. Otherwise the source is patched as
-// the image it is, and b.note says why.
-func (p *Patcher) rebase(ctx context.Context, sess *session, b *built, labels map[string]string, src name.Reference, check func(*remote.Descriptor) error) (*remote.Descriptor, string, error) {
+// version is skipped, and another version starts from the base (upgrade:
+// check's base is patched in place of the source). Otherwise the source
+// is patched as the image it is, and b.note says why.
+func (p *Patcher) rebase(ctx context.Context, sess *session, b *built, labels map[string]string, src name.Reference, check func(*remote.Descriptor) error) (upgrade bool, skip string, err error) {
 	if labels[LabelName] != p.spec.Name {
-		return nil, "", nil
+		return false, "", nil
 	}
 	version, baseName, baseDigest := labels[LabelVersion], labels[LabelBaseName], labels[LabelBaseDigest]
-	unverified := func(why string) (*remote.Descriptor, string, error) {
+	unverified := func(why string) (bool, string, error) {
 		b.note = fmt.Sprintf("labelled %s %s made from %q, but %s: patched as the image it is", p.spec.Name, version, baseDigest, why)
-		return nil, "", nil
+		return false, "", nil
 	}
 	h, err := v1.NewHash(baseDigest)
 	if err != nil {
@@ -432,13 +470,13 @@ func (p *Patcher) rebase(ctx context.Context, sess *session, b *built, labels ma
 	case notFound(err):
 		return unverified(fmt.Sprintf("%s is not in its repository", base))
 	case err != nil:
-		return nil, "", fmt.Errorf("read %s's recorded base %s: %w", src, base, err)
+		return false, "", fmt.Errorf("read %s's recorded base %s: %w", src, base, err)
 	}
 	if err := check(bd); err != nil {
 		return unverified(fmt.Sprintf("it was not made from that: %v", err))
 	}
 	if version == p.spec.Version {
-		return nil, fmt.Sprintf("already %s %s (made from %s)", p.spec.Name, version, base), nil
+		return false, fmt.Sprintf("already %s %s (made from %s)", p.spec.Name, version, base), nil
 	}
 	b.base, b.upgraded = base.String(), true
 	// Named after the recorded tag only while that tag holds the base (a
@@ -450,13 +488,36 @@ func (p *Patcher) rebase(ctx context.Context, sess *session, b *built, labels ma
 		t := src.Context().Tag(tag.TagStr())
 		got, ok, err := p.holds(ctx, sess, t)
 		if err != nil {
-			return nil, "", fmt.Errorf("look up %s's recorded base name: %w", src, err)
+			return false, "", fmt.Errorf("look up %s's recorded base name: %w", src, err)
 		}
 		if ok && got == h {
 			b.baseTag = t
 		}
 	}
-	return bd, "", nil
+	return true, "", nil
+}
+
+// readOnce is an index whose images are fetched once: a remote index
+// fetches an entry each time it is asked for it.
+type readOnce struct {
+	index
+	mu     sync.Mutex
+	images map[v1.Hash]v1.Image
+}
+
+type index = v1.ImageIndex
+
+func (r *readOnce) Image(h v1.Hash) (v1.Image, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if img, ok := r.images[h]; ok {
+		return img, nil
+	}
+	img, err := r.index.Image(h)
+	if err == nil {
+		r.images[h] = img
+	}
+	return img, err
 }
 
 // madeFrom says why src is not base with at most one layer of the patch
@@ -719,14 +780,6 @@ func (p *Patcher) layer(arch string, mt types.MediaType) (v1.Layer, error) {
 	return l, nil
 }
 
-// errLost is a destination another writer filled with other content
-// between this run's plan and its push; errSame one filled with this
-// run's very result.
-var (
-	errLost = errors.New("another writer won")
-	errSame = errors.New("already pushed")
-)
-
 // holds is what dst holds now: its digest, or false when it does not exist.
 func (p *Patcher) holds(ctx context.Context, sess *session, dst name.Tag) (v1.Hash, bool, error) {
 	d, err := remote.Head(dst, sess.opts(ctx)...)
@@ -745,32 +798,33 @@ func notFound(err error) bool {
 	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
 }
 
-// push writes the result, checking just before that the tag is still free
-// and just after that it holds this result: a registry has no conditional
-// write, so another writer (a second run, a second webhook replica) may
-// fill it meanwhile, and then this run says so instead of reporting success.
-// An image needs only its config and manifest written, and the patch layer
-// once per repository: its base layers are the source's, in the same
-// repository. An index goes through remote.WriteIndex.
-func (p *Patcher) push(ctx context.Context, sess *session, dst name.Tag, b *built) error {
+// push writes the result, checking just before that the tag is free (or
+// holds this very result: then it is unchanged) and just after that it
+// holds this result: a registry has no conditional write, so another
+// writer (a second run, a second webhook replica) may fill it meanwhile,
+// and then this run says so instead of reporting success. An image needs
+// only its config and manifest written, and the patch layer once per
+// repository: its base layers are the source's, in the same repository.
+// An index goes through remote.WriteIndex.
+func (p *Patcher) push(ctx context.Context, sess *session, dst name.Tag, b *built) (Action, error) {
 	switch got, ok, err := p.holds(ctx, sess, dst); {
 	case err != nil:
-		return err
+		return ActionFailed, err
 	case ok && got == b.digest:
-		return errSame
+		return ActionUnchanged, nil
 	case ok:
-		return fmt.Errorf("%w: %s holds %s, not this run's %s: another writer pushed it after this run planned; left alone", errLost, dst, got, b.digest)
+		return ActionRefused, errors.New(taken(dst, got))
 	}
 	if err := p.write(ctx, sess, dst, b); err != nil {
-		return err
+		return ActionFailed, err
 	}
 	switch got, ok, err := p.holds(ctx, sess, dst); {
 	case err != nil:
-		return fmt.Errorf("after the push: %w", err)
+		return ActionFailed, fmt.Errorf("after the push: %w", err)
 	case !ok || got != b.digest:
-		return fmt.Errorf("%w: %s holds %s after this run pushed %s: another writer pushed it at the same time, and theirs is there", errLost, dst, got, b.digest)
+		return ActionRefused, fmt.Errorf("%s holds %s after this run pushed %s: another writer pushed it at the same time, and theirs is there", dst, got, b.digest)
 	}
-	return nil
+	return ActionPush, nil
 }
 
 func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *built) error {
@@ -784,6 +838,8 @@ func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *bui
 	if err != nil {
 		return err
 	}
+	// The patch layer is the same for every tag: the session's pusher
+	// looks for it, and uploads it, once per repository.
 	if len(p.spec.Files) > 0 {
 		if err := sess.pusher.Upload(ctx, dst.Context(), ls[len(ls)-1]); err != nil {
 			return fmt.Errorf("upload the patch layer to %s: %w", dst.Context(), err)
@@ -793,7 +849,7 @@ func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *bui
 	if err != nil {
 		return err
 	}
-	if err := sess.pusher.Upload(ctx, dst.Context(), cl); err != nil {
+	if err := p.uploadConfig(ctx, sess, dst.Context(), cl); err != nil {
 		return fmt.Errorf("upload the config of %s: %w", dst, err)
 	}
 	// Put, not Push: the tag was just seen free.
@@ -801,4 +857,126 @@ func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *bui
 		return fmt.Errorf("push %s: %w", dst, err)
 	}
 	return nil
+}
+
+// uploadConfig writes a config blob to repo. A config is new with each
+// result (it records the base), so it is not looked for first: it goes
+// up in two requests, a POST and a PUT with the body, where
+// go-containerregistry's writer makes four (HEAD, POST, PATCH, PUT);
+// uploading one that is there already writes the same bytes again. If
+// that fails for any reason, or the patcher has no transport of its own
+// (WithRegistry), go-containerregistry's writer does it, with its retries.
+func (p *Patcher) uploadConfig(ctx context.Context, sess *session, repo name.Repository, cl v1.Layer) error {
+	if p.rt != nil {
+		c, err := p.blobClient(ctx, sess, repo)
+		if err == nil {
+			err = putBlob(ctx, c, repo, cl)
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return sess.pusher.Upload(ctx, repo, cl)
+}
+
+// blobClient is a session's client for the patcher's own uploads to one
+// repository: pinged, and its token fetched, once.
+type blobClient struct {
+	once   sync.Once
+	client *http.Client
+	err    error
+}
+
+func (p *Patcher) blobClient(ctx context.Context, sess *session, repo name.Repository) (*http.Client, error) {
+	v, _ := sess.blobs.LoadOrStore(repo.String(), &blobClient{})
+	bc := v.(*blobClient)
+	bc.once.Do(func() {
+		var auth authn.Authenticator = authn.Anonymous
+		if p.keys != nil {
+			if auth, bc.err = authn.Resolve(ctx, p.keys, repo); bc.err != nil {
+				return
+			}
+		}
+		var rt http.RoundTripper
+		if rt, bc.err = transport.NewWithContext(ctx, repo.Registry, auth, p.rt, []string{repo.Scope(transport.PushScope)}); bc.err != nil {
+			return
+		}
+		bc.client = &http.Client{Transport: rt, CheckRedirect: sameHost}
+	})
+	if bc.err != nil {
+		sess.blobs.CompareAndDelete(repo.String(), bc) // the next caller tries again
+	}
+	return bc.client, bc.err
+}
+
+// sameHost refuses a redirect to another host: the fallback, whose
+// writer weighs those, takes over.
+func sameHost(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Host != via[0].URL.Host {
+		return fmt.Errorf("redirected from %s to %s", via[0].URL.Host, req.URL.Host)
+	}
+	return nil
+}
+
+// putBlob uploads l to repo monolithically: POST to start an upload, PUT
+// of the whole body with its digest to finish it.
+func putBlob(ctx context.Context, c *http.Client, repo name.Repository, l v1.Layer) error {
+	h, err := l.Digest()
+	if err != nil {
+		return err
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return err
+	}
+	start := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/uploads/", repo.RepositoryStr())}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, start.String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	if err := done(resp, http.StatusAccepted); err != nil {
+		return err
+	}
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || resp.Header.Get("Location") == "" {
+		return fmt.Errorf("start an upload: no usable Location (%q)", resp.Header.Get("Location"))
+	}
+	// A path, or a URL on the registry itself; elsewhere, the fallback decides.
+	u := resp.Request.URL.ResolveReference(loc)
+	if u.Host != resp.Request.URL.Host || u.Scheme != resp.Request.URL.Scheme {
+		return fmt.Errorf("start an upload: Location %s is not on %s", u.Redacted(), resp.Request.URL.Host)
+	}
+	q := u.Query()
+	q.Set("digest", h.String())
+	u.RawQuery = q.Encode()
+	req, err = http.NewRequestWithContext(ctx, http.MethodPut, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if resp, err = c.Do(req); err != nil {
+		return err
+	}
+	return done(resp, http.StatusCreated)
+}
+
+// done checks an answer's status and closes it, its body read (at most
+// 64 KiB of it) so that the connection is kept.
+func done(resp *http.Response, want int) error {
+	defer resp.Body.Close()
+	err := transport.CheckError(resp, want)
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return err
 }

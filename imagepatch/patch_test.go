@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -99,8 +101,10 @@ func newRegistry(t *testing.T) *testRegistry {
 }
 
 func (r *testRegistry) opts() []remote.Option {
-	return []remote.Option{remote.WithTransport(r.c), remote.WithRetryBackoff(remote.Backoff{Duration: 1, Factor: 1, Steps: 1})}
+	return []remote.Option{remote.WithTransport(r.c), noRetries}
 }
+
+var noRetries = remote.WithRetryBackoff(remote.Backoff{Duration: 1, Factor: 1, Steps: 1})
 
 func (r *testRegistry) tag(t *testing.T, ref string) name.Tag {
 	t.Helper()
@@ -143,7 +147,7 @@ func (r *testRegistry) push(t *testing.T, ref string, img v1.Image) {
 
 func patcher(t *testing.T, r *testRegistry, spec *Spec, opts ...Option) *Patcher {
 	t.Helper()
-	p, err := New(spec, append([]Option{WithRemoteOptions(r.opts()...)}, opts...)...)
+	p, err := New(spec, append([]Option{WithRegistry(r.c, nil), WithRemoteOptions(noRetries)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,5 +658,169 @@ func TestSpecRefusesHostileInput(t *testing.T) {
 func TestShimVersion(t *testing.T) {
 	if v := ShimSpec().Version; v != initshim.Version {
 		t.Fatalf("imagepatch/shim.toml has version %q, the shim says %q: bump both with make shims", v, initshim.Version)
+	}
+}
+
+// kinds counts the counter's requests by method and what they are for.
+func (c *counter) kinds() map[string]int {
+	m := map[string]int{}
+	for _, r := range c.all() {
+		method, rest, _ := strings.Cut(r, " ")
+		path, _, _ := strings.Cut(rest, "?")
+		switch {
+		case path == "/v2/":
+			m["ping"]++
+		case strings.Contains(path, "/manifests/"):
+			m["manifest "+method]++
+		case strings.Contains(path, "/blobs/uploads/"):
+			m["upload "+method]++
+		case strings.Contains(path, "/blobs/"):
+			m["blob "+method]++
+		default:
+			m[method+" "+path]++
+		}
+	}
+	return m
+}
+
+// Many tags of one repository, 8 at once: a tag costs its manifest and
+// config read, the destination looked at just before and just after the
+// push, the config uploaded in two requests and the manifest put; the
+// pings and the patch layer are the run's (issue 33: 10 a tag before).
+func TestRequestsPerTag(t *testing.T) {
+	r := newRegistry(t)
+	base := image(t, "amd64", types.OCIManifestSchema1, []string{"/entrypoint"}, nil)
+	const n = 24
+	var srcs []name.Tag
+	for i := range n {
+		cf, _ := base.ConfigFile()
+		cf = cf.DeepCopy()
+		cf.Config.Labels = map[string]string{"build": strconv.Itoa(i)}
+		img, _ := mutate.ConfigFile(base, cf)
+		r.push(t, fmt.Sprintf("ml/many:v%02d", i), img)
+		srcs = append(srcs, r.tag(t, fmt.Sprintf("ml/many:v%02d", i)))
+	}
+	p := patcher(t, r, ShimSpec(), WithJobs(8))
+	r.c.reset()
+	for _, res := range p.Run(context.Background(), srcs, true, nil) {
+		if res.Action != ActionPush {
+			t.Fatalf("%+v", res)
+		}
+	}
+	got := r.c.kinds()
+	// The run's puller, pusher and uploads ping the registry once each,
+	// each over https first (a loopback registry is tried on both).
+	if got["ping"] > 6 {
+		t.Errorf("%d pings", got["ping"])
+	}
+	delete(got, "ping")
+	want := map[string]int{
+		"manifest GET": n, "blob GET": n, // the source
+		"manifest HEAD": 2 * n,                                         // its destination, just before and just after the push
+		"upload POST":   n + 1, "upload PUT": n + 1, "manifest PUT": n, // its config and manifest; the patch layer once
+		"blob HEAD": 1, "upload PATCH": 1, // the patch layer, looked for and uploaded once
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("requests by kind %v, want %v", got, want)
+	}
+}
+
+// An upgrade reads the recorded base once: the image that verified the
+// claim is the one patched (its config was read again before), and an
+// index's entries are read once for the check and the patch.
+func TestUpgradeReadsTheBaseOnce(t *testing.T) {
+	r := newRegistry(t)
+	base := image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"})
+	r.push(t, "ml/base:v1", base)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: base, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
+	if err := remote.WriteIndex(r.tag(t, "ml/base:multi"), idx); err != nil {
+		t.Fatal(err)
+	}
+	old := ShimSpec()
+	old.Version = "2"
+	for _, tag := range []string{"v1", "multi"} {
+		if res := patcher(t, r, old).Apply(context.Background(), r.tag(t, "ml/base:"+tag)); res.Action != ActionPush {
+			t.Fatalf("%s: %+v", tag, res)
+		}
+	}
+	bd, _ := base.Digest()
+	cd, _ := base.ConfigName()
+	for _, tag := range []string{"v1", "multi"} {
+		r.c.reset()
+		res := patcher(t, r, ShimSpec()).Apply(context.Background(), r.tag(t, "ml/base:"+tag+"-oomguard-init.2"))
+		if res.Action != ActionPush || !res.Upgraded {
+			t.Fatalf("%s: %+v", tag, res)
+		}
+		if n := r.c.count("GET", "/blobs/"+cd.String()); n != 1 {
+			t.Errorf("%s: the base's config read %d times, want once", tag, n)
+		}
+		if n := r.c.count("GET", "/manifests/"+bd.String()); n != 1 {
+			t.Errorf("%s: the base image's manifest read %d times, want once", tag, n)
+		}
+	}
+}
+
+// faultyUploads answers the patcher's own upload requests as told, and
+// passes everything else to the registry.
+func faultyUploads(t *testing.T, answer func(w http.ResponseWriter, r *http.Request) bool) *testRegistry {
+	t.Helper()
+	inner := paginate(registry.New(registry.Logger(nopLogger())))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !answer(w, r) {
+			inner.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return &testRegistry{host: u.Host, c: &counter{next: http.DefaultTransport}}
+}
+
+// The patcher's own upload gives way to go-containerregistry's writer, with
+// its retries, when it fails; and a Location elsewhere gets no request.
+func TestOwnUploadGivesWay(t *testing.T) {
+	var elsewhere, posts atomic.Int64
+	var armed atomic.Bool // after the seeding
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, r *http.Request) bool
+	}{
+		{"the PUT fails", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/blobs/uploads/") && armed.Load() && r.ContentLength > 0 && r.ContentLength < 64<<10 {
+				http.Error(w, `{"errors":[{"code":"UNKNOWN"}]}`, http.StatusInternalServerError)
+				return true
+			}
+			return false
+		}},
+		// The second upload started is the config's (the patch layer's
+		// is the first), the patcher's own.
+		{"the Location is another host", func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/") && armed.Load() && posts.Add(1) == 2 {
+				w.Header().Set("Location", other.URL+r.URL.Path+"upload")
+				w.WriteHeader(http.StatusAccepted)
+				return true
+			}
+			return false
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := faultyUploads(t, tc.answer)
+			r.push(t, "ml/base:v1", image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}))
+			armed.Store(true)
+			defer armed.Store(false)
+			posts.Store(0)
+			if res := patcher(t, r, ShimSpec()).Apply(context.Background(), r.tag(t, "ml/base:v1")); res.Action != ActionPush {
+				t.Fatalf("%+v", res)
+			}
+			if n := elsewhere.Load(); n != 0 {
+				t.Fatalf("%d requests went to the other host", n)
+			}
+			// The patch layer's upload, and the config's by go-containerregistry.
+			if n := r.c.count("PATCH", "/blobs/uploads/"); n != 2 {
+				t.Fatalf("%d PATCH uploads, want 2: the config's went up some other way", n)
+			}
+		})
 	}
 }

@@ -59,6 +59,10 @@ func NewTransport(o TransportOptions) *Transport {
 	}
 	plain := http.DefaultTransport.(*http.Transport).Clone()
 	guarded := http.DefaultTransport.(*http.Transport).Clone()
+	// --jobs requests at once to one registry keep their connections
+	// (http.DefaultTransport keeps 2 a host: the others would be closed
+	// and opened again, request after request).
+	plain.MaxIdleConnsPerHost, guarded.MaxIdleConnsPerHost = 50, 50
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: publicOnly}
 	guarded.DialContext = dialer.DialContext
 	return &Transport{o: o, plain: plain, guarded: guarded, registries: map[string]bool{}}

@@ -89,11 +89,9 @@ func newPatcher(f flags) (*imagepatch.Patcher, *imagepatch.Transport, []name.Opt
 		nameOpts = append(nameOpts, name.Insecure)
 	}
 	tr := imagepatch.NewTransport(imagepatch.TransportOptions{RequestTimeout: f.requestTimeout, AllowPrivate: f.allowPrivate})
-	ropts := []remote.Option{
-		remote.WithTransport(tr),
-		remote.WithAuthFromKeychain(authn.DefaultKeychain),
-		remote.WithRetryBackoff(remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: max(f.retries, 1)}),
-	}
-	p, err := imagepatch.New(spec, imagepatch.WithTagTemplate(f.template), imagepatch.WithJobs(f.jobs), imagepatch.WithRemoteOptions(ropts...))
+	backoff := remote.WithRetryBackoff(remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: max(f.retries, 1)})
+	ropts := []remote.Option{remote.WithTransport(tr), remote.WithAuthFromKeychain(authn.DefaultKeychain), backoff}
+	p, err := imagepatch.New(spec, imagepatch.WithTagTemplate(f.template), imagepatch.WithJobs(f.jobs),
+		imagepatch.WithRegistry(tr, authn.DefaultKeychain), imagepatch.WithRemoteOptions(backoff))
 	return p, tr, nameOpts, ropts, err
 }

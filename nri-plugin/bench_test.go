@@ -85,7 +85,7 @@ func BenchmarkRecordlessKill(b *testing.B) {
 			events := filepath.Join(root, "sys/fs/cgroup", mustResolve(b, ctrs[n/2].Linux.CgroupsPath), "memory.events")
 			vmstat := filepath.Join(root, "proc/vmstat")
 			os.WriteFile(vmstat, []byte("oom_kill 0\n"), 0o644)
-			p.counts.open()
+			p.counts.open(p.node.Load().Mode())
 			defer p.counts.close()
 			if !tc.watch {
 				p.counts.close()

@@ -137,7 +137,7 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	if !strings.Contains(got, "state=CONTAINER_RUNNING") || !strings.Contains(got, "oom_score_adj=900") {
 		t.Fatalf("inspect: %s\nplugin:\n%s", got, pluginLog.String())
 	}
-	if !strings.Contains(pluginLog.String(), "rule=init-as-pid1 oom_score_adj=500→900 oom_group=\"unsupported on cgroup v1") {
+	if !strings.Contains(pluginLog.String(), "rule=init-as-pid1 phase=start oom_score_adj=500→900 oom_group=\"unsupported on cgroup v1") {
 		t.Fatalf("the decision must report the group unsupported:\n%s", pluginLog.String())
 	}
 

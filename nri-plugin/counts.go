@@ -26,9 +26,14 @@ type counts struct {
 	suspect map[string]bool // may hold kills not reported: read at the next kill
 }
 
-// open starts watching; the kill reader calls it, and close when it stops.
-func (c *counts) open() {
-	w, err := kernel.NewWatch()
+// open starts watching where the counts tell of changes (cgroup v2); the
+// kill reader calls it, and close when it stops.
+func (c *counts) open(mode kernel.Mode) {
+	var w *kernel.Watch
+	err := kernel.ErrUnsupported
+	if mode == kernel.ModeV2 {
+		w, err = kernel.NewWatch()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {

@@ -61,7 +61,7 @@ const largestTasks = 5
 // line, a counter by container (or the node-daemon counter), and for a
 // guarded container's own limit its largest processes right after.
 func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)) {
-	p.counts.open()
+	p.counts.open(p.node.Load().Mode())
 	keepCtx, stopKeep := context.WithCancel(ctx)
 	kept := make(chan struct{})
 	go p.counts.keep(keepCtx, p, kept)
@@ -297,12 +297,13 @@ func (p *Plugin) countFrom(id string) {
 	}
 	p.mu.Lock()
 	c, known := p.known[id]
-	if known && !c.counted {
+	fresh := known && !c.counted
+	if fresh {
 		c.base, c.counted = n, true
 		p.known[id] = c
 	}
 	p.mu.Unlock()
-	if known && !c.counted {
+	if fresh {
 		p.counts.add(id)
 	}
 }

@@ -34,7 +34,7 @@ HOST_E2E_PKGS = $(shell $(GO) list -f '{{if .IgnoredGoFiles}}{{.ImportPath}}{{en
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test-bins components test fuzz e2e e2e-host e2e-vm bench bench-smoke demo lint deps clean image image-bin release
+.PHONY: all build shims test-bins components images test fuzz e2e e2e-host e2e-matrix e2e-vm bench bench-smoke demo lint deps clean image image-bin release
 
 all: build
 
@@ -98,7 +98,17 @@ fuzz:
 
 # Real containers, a real registry and the VM, as root. Installs and builds
 # what they need first, outside the tests' timeouts.
-e2e: deps build image test-bins components e2e-host e2e-vm
+e2e: deps build image test-bins components images e2e-host e2e-vm
+
+# Every runtime, kubelet and kernel combination the VM tier knows, not only
+# the newest and the oldest (CI's).
+e2e-matrix: deps build image test-bins
+	OOMGUARD_E2E_MATRIX=1 ./scripts/components.sh $(BUILD)/components
+	OOMGUARD_E2E_MATRIX=1 $(GO) test -tags e2e -count=1 -timeout 90m -parallel 2 -run 'E2E' -v ./test/vm/scenarios/
+
+# The real images the image tests patch (debootstrap and buildah, once per recipe).
+images: deps
+	$(GO) run ./test/imagebuild/cmd/buildimages
 
 e2e-host:
 	$(GO) test -tags e2e -count=1 -timeout $(HOST_E2E_TIMEOUT) -run 'E2E' $(HOST_E2E_PKGS)

@@ -47,7 +47,7 @@ func benchCluster(int) (bool, error) {
 	ok := true
 	var split []string
 	for _, v := range s.Variants {
-		if v.Name != vm.Containerd2.Component {
+		if v.Name != vm.Containerd2.String() {
 			continue // pod start is timed on containerd 2.x alone: the e2e tier's time
 		}
 		run, err := env.Boot(context.Background(), s, v, nil)

@@ -25,6 +25,7 @@ func (s *Spec) layerTar(arch string) ([]byte, error) {
 		name string
 		mode int64
 		data []byte
+		link string
 	}
 	entries := map[string]entry{}
 	for _, f := range s.Files {
@@ -33,7 +34,7 @@ func (s *Spec) layerTar(arch string) ([]byte, error) {
 			data = f.data[""]
 		}
 		name := strings.TrimPrefix(f.Path, "/")
-		entries[name] = entry{name: name, mode: f.Mode, data: data}
+		entries[name] = entry{name: name, mode: f.Mode, data: data, link: f.Link}
 	}
 	names := make([]string, 0, len(entries))
 	for n := range entries {
@@ -45,6 +46,9 @@ func (s *Spec) layerTar(arch string) ([]byte, error) {
 	for _, n := range names {
 		e := entries[n]
 		h := &tar.Header{Name: e.name, Mode: e.mode, ModTime: layerTime, Format: tar.FormatPAX, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
+		if e.link != "" {
+			h.Typeflag, h.Linkname, h.Mode, h.Size = tar.TypeSymlink, e.link, 0o777, 0
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}

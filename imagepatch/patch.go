@@ -2,7 +2,9 @@ package imagepatch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +20,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -49,8 +50,17 @@ type Result struct {
 	Base        string   `json:"base,omitempty"`   // what it was made from, repo@digest
 	Upgraded    bool     `json:"upgraded,omitempty"`
 	Dropped     []string `json:"dropped,omitempty"` // index entries left out
-	Note        string   `json:"note,omitempty"`    // why what the source claims to be was not believed
-	Error       string   `json:"error,omitempty"`
+	Kept        []string `json:"kept,omitempty"`    // index entries passed through unpatched, and why
+	// Unpatched are the platforms (os/arch) the result runs unpatched on:
+	// an index's entries the patch has no files for (another operating
+	// system, another architecture), or a skipped image's own.
+	Unpatched []string `json:"unpatched,omitempty"`
+	// NoCommand: the image has neither entrypoint nor cmd, so it runs only
+	// with a command given (as the source did); the patch gave it none.
+	NoCommand bool   `json:"noCommand,omitempty"`
+	Note      string `json:"note,omitempty"`      // why what the source claims to be was not believed; a tag that moved
+	Signature string `json:"signature,omitempty"` // the tag holding the result's signature (WithSigner)
+	Error     string `json:"error,omitempty"`
 }
 
 // Patcher applies one spec to images.
@@ -63,6 +73,8 @@ type Patcher struct {
 	// the patcher makes itself; nil: it makes none.
 	rt   http.RoundTripper
 	keys authn.Keychain
+
+	signer *Signer // nil: results are not signed
 
 	mu     sync.Mutex
 	layers map[string]v1.Layer // by arch and media type
@@ -243,12 +255,22 @@ func (p *Patcher) run(ctx context.Context, srcs []source, apply bool, done func(
 	p.each(len(srcs), func(i int) {
 		out[i], builds[i] = p.plan(ctx, sess, srcs[i], apply)
 	})
-	refuseShared(out)
+	same := refuseShared(out)
 	p.each(len(srcs), func(i int) {
-		if apply && out[i].Action == ActionPush {
-			var err error
-			if out[i].Action, err = p.push(ctx, sess, builds[i].dst, builds[i]); err != nil {
+		if _, ok := same[i]; !ok && apply && out[i].Action == ActionPush {
+			action, err := p.push(ctx, sess, builds[i])
+			builds[i].fill(&out[i])
+			if out[i].Action = action; err != nil {
 				out[i].Error = err.Error()
+			}
+			if p.signer != nil && (action == ActionPush || action == ActionUnchanged) {
+				b := builds[i]
+				tag, err := p.signResult(ctx, sess, b.dst.Context(), b.digest)
+				if err != nil {
+					out[i].Action, out[i].Error = ActionFailed, fmt.Sprintf("%s holds the result, not signed (a re-run signs it): %v", b.dst, err)
+				} else {
+					out[i].Signature = tag.String()
+				}
 			}
 		}
 		if done != nil {
@@ -274,16 +296,40 @@ func (p *Patcher) each(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// refuseShared refuses every result whose destination another result has.
-func refuseShared(results []Result) {
+// refuseShared refuses every result whose destination another result
+// has, unless they are one result: the same source named twice, or a
+// source and an earlier version's result made from it (an upgrade gives
+// the source's own result). Of those, the first that is not an upgrade
+// goes on; each other is skipped, saying whose result it is. It returns
+// the skipped ones.
+func refuseShared(results []Result) map[int]struct{} {
 	by := map[string][]int{}
 	for i, r := range results {
 		if r.Action == ActionPush || r.Action == ActionUnchanged || r.Action == ActionRefused {
 			by[r.Destination] = append(by[r.Destination], i)
 		}
 	}
+	skipped := map[int]struct{}{}
 	for dst, idx := range by {
 		if len(idx) < 2 {
+			continue
+		}
+		if one := slices.IndexFunc(idx, func(i int) bool { return results[i].Digest != results[idx[0]].Digest }); one < 0 {
+			first := idx[0]
+			if k := slices.IndexFunc(idx, func(i int) bool { return !results[i].Upgraded }); k >= 0 {
+				first = idx[k]
+			}
+			for _, i := range idx {
+				if i == first {
+					continue
+				}
+				why := fmt.Sprintf("the same image as %s: its patch is %s", results[first].Source, dst)
+				if results[i].Upgraded {
+					why = fmt.Sprintf("an earlier result made from %s: its upgrade is %s's patch, %s", results[i].Base, results[first].Source, dst)
+				}
+				results[i].Action, results[i].Error = ActionSkipped, why
+				skipped[i] = struct{}{}
+			}
 			continue
 		}
 		var names []string
@@ -295,19 +341,34 @@ func refuseShared(results []Result) {
 			results[i].Error = fmt.Sprintf("%d sources render to %s (%s): give each its own destination with --tag-template", len(idx), dst, strings.Join(names, ", "))
 		}
 	}
+	return skipped
 }
 
 // built is a patched image or index, before it is pushed.
 type built struct {
-	img      v1.Image
-	idx      v1.ImageIndex
-	digest   v1.Hash
-	dropped  []string
-	base     string
-	baseTag  name.Tag
+	// What is patched: the source, or the base it records (an upgrade).
+	from     v1.Image
+	fromIdx  v1.ImageIndex
+	mt       types.MediaType
+	base     string // repo@digest of what is patched
 	upgraded bool
-	dst      name.Tag
 	note     string
+	// The result, as render made it for baseTag.
+	baseTag   name.Tag
+	img       v1.Image
+	idx       v1.ImageIndex
+	digest    v1.Hash
+	dropped   []string
+	kept      []string
+	unpatched []string
+	noCommand bool
+	dst       name.Tag
+}
+
+// fill copies what b says into res.
+func (b *built) fill(res *Result) {
+	res.Digest, res.Base, res.Dropped, res.Kept, res.Upgraded, res.Note = b.digest.String(), b.base, b.dropped, b.kept, b.upgraded, b.note
+	res.Unpatched, res.NoCommand, res.Destination = b.unpatched, b.noCommand, b.dst.String()
 }
 
 // plan builds the result for src and says what pushing it would do. A
@@ -332,18 +393,24 @@ func (p *Patcher) plan(ctx context.Context, sess *session, s source, apply bool)
 	}
 	if skip != "" {
 		res.Action, res.Error = ActionSkipped, skip
+		if b != nil {
+			res.Unpatched = b.unpatched
+		}
 		return res, nil
 	}
-	res.Digest, res.Base, res.Dropped, res.Upgraded, res.Note = b.digest.String(), b.base, b.dropped, b.upgraded, b.note
-	if b.dst, err = p.DestinationTag(b.baseTag); err != nil {
-		return fail(err)
-	}
-	res.Destination = b.dst.String()
+	b.fill(&res)
 	if apply {
 		res.Action = ActionPush
 		return res, b
 	}
 	existing, ok, err := p.holds(ctx, sess, b.dst)
+	if err == nil && ok && existing != b.digest {
+		var moved bool
+		if moved, err = p.moved(ctx, sess, b, existing); err == nil && moved {
+			b.fill(&res)
+			existing, ok, err = p.holds(ctx, sess, b.dst)
+		}
+	}
 	switch {
 	case err != nil:
 		return fail(err)
@@ -361,29 +428,185 @@ func taken(dst name.Tag, holds v1.Hash) string {
 	return fmt.Sprintf("%s already holds %s, not this result: left alone; choose another --tag-template or delete that tag", dst, holds)
 }
 
+// moved looks at what b's destination holds when that is not b's result.
+// Another result of this patch and version, made from another base, means
+// the source's tag has moved since that result was made (the normal life
+// of a tag): that result stays, and b is named after its base's digest
+// instead (sha256-HEX in the tag template), a name no other base's patch
+// can have. The holder's labels decide only that: they can make a result
+// go under its digest's name, never take another image's destination.
+func (p *Patcher) moved(ctx context.Context, sess *session, b *built, held v1.Hash) (bool, error) {
+	base, err := name.NewDigest(b.base, name.WeakValidation, name.Insecure)
+	if err != nil {
+		return false, nil
+	}
+	byDigest := DigestTag(b.baseTag.Context().Digest(base.DigestStr()))
+	if b.baseTag.TagStr() == byDigest.TagStr() {
+		return false, nil
+	}
+	labels, err := p.claimOf(ctx, sess, b.dst.Context().Digest(held.String()))
+	if err != nil {
+		return false, nil // what cannot be read is refused as another's
+	}
+	if labels[LabelName] != p.spec.Name || labels[LabelVersion] != p.spec.Version || labels[LabelBaseDigest] == "" || labels[LabelBaseDigest] == base.DigestStr() {
+		return false, nil
+	}
+	old, tag := b.dst, b.baseTag
+	if err := p.render(b, byDigest); err != nil {
+		return false, err
+	}
+	b.note = strings.TrimSpace(b.note + " " + fmt.Sprintf("%s moved: %s keeps the patch of what it named before (%s); the patch of what it names now (%s) is %s",
+		tag, old, labels[LabelBaseDigest], base.DigestStr(), b.dst))
+	return true, nil
+}
+
+// claimOf reads the labels (an index's annotations) the image or index
+// at ref records itself made with.
+func (p *Patcher) claimOf(ctx context.Context, sess *session, ref name.Reference) (map[string]string, error) {
+	desc, err := remote.Get(ref, sess.opts(ctx)...)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case desc.MediaType.IsIndex():
+		idx, err := desc.ImageIndex()
+		if err != nil {
+			return nil, err
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return nil, err
+		}
+		return p.indexClaim(idx, im), nil
+	case desc.MediaType.IsImage():
+		img, err := desc.Image()
+		if err != nil {
+			return nil, err
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		return cf.Config.Labels, nil
+	}
+	return nil, fmt.Errorf("%s is %s", ref, desc.MediaType)
+}
+
+// indexClaim is what an index says it was made from: its annotations, or,
+// for a Docker manifest list (whose schema has no annotations), the labels
+// of its first entry the patch would patch, which record the index's base
+// as LabelBaseIndex.
+func (p *Patcher) indexClaim(idx v1.ImageIndex, im *v1.IndexManifest) map[string]string {
+	if im.Annotations[LabelName] != "" || im.MediaType != types.DockerManifestList {
+		return im.Annotations
+	}
+	for _, d := range im.Manifests {
+		if !d.MediaType.IsImage() || p.spec.SupportsPlatform(d.Platform) != "" {
+			continue
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil
+		}
+		cf, err := img.ConfigFile()
+		if err != nil || cf.Config.Labels[LabelName] == "" {
+			return nil
+		}
+		l := cf.Config.Labels
+		return map[string]string{LabelName: l[LabelName], LabelVersion: l[LabelVersion], LabelBaseName: l[LabelBaseName], LabelBaseDigest: l[LabelBaseIndex]}
+	}
+	return nil
+}
+
+// artifact says why the manifest desc is not an image or an index of
+// images — a signature, an attestation, an SBOM, a referrers index — or ""
+// when it is one: by its artifactType, its config's and layers' media
+// types, or, for an index, entries that are all artifacts.
+func artifact(desc *remote.Descriptor) string {
+	var m struct {
+		ArtifactType string `json:"artifactType"`
+		Config       *struct {
+			MediaType types.MediaType `json:"mediaType"`
+		} `json:"config"`
+		Layers []struct {
+			MediaType types.MediaType `json:"mediaType"`
+		} `json:"layers"`
+		Manifests []struct {
+			ArtifactType string       `json:"artifactType"`
+			Platform     *v1.Platform `json:"platform"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+		return ""
+	}
+	switch mt := desc.MediaType; {
+	case m.ArtifactType != "":
+		return "artifactType " + m.ArtifactType
+	case mt.IsImage():
+		if m.Config != nil && !m.Config.MediaType.IsConfig() {
+			return "config " + string(m.Config.MediaType)
+		}
+		for _, l := range m.Layers {
+			if !isLayer(l.MediaType) {
+				return "layer " + string(l.MediaType)
+			}
+		}
+	case mt.IsIndex():
+		// A referrers index lists artifacts, each with its type and none
+		// with a platform (an index of images may give its entries an
+		// artifactType too: their config's media type).
+		if len(m.Manifests) == 0 {
+			return "an index with no entries"
+		}
+		for _, d := range m.Manifests {
+			if d.ArtifactType == "" || d.Platform != nil {
+				return ""
+			}
+		}
+		return "an index of artifacts (a referrers index)"
+	case !mt.IsSchema1():
+		return "media type " + string(mt)
+	}
+	return ""
+}
+
+// isLayer is a filesystem layer's media type, OCI's or Docker's, any compression.
+func isLayer(mt types.MediaType) bool {
+	return mt.IsLayer() || strings.HasPrefix(string(mt), "application/vnd.oci.image.layer.") ||
+		strings.HasPrefix(string(mt), "application/vnd.docker.image.rootfs.")
+}
+
 // build makes the patched image or index for src, starting from the base
 // the source records when it is, verifiably, an older version of this patch.
+// An artifact, a result of this patch, and an image of a platform the
+// patch has no files for are skipped, with the reason.
 func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, string, error) {
 	src := s.read
 	desc, err := remote.Get(src, sess.opts(ctx)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("read %s: %w", src, err)
 	}
-	b := &built{baseTag: s.tag, base: src.Context().Digest(desc.Digest.String()).String()}
+	if why := artifact(desc); why != "" {
+		return nil, fmt.Sprintf("an artifact (%s), not an image: left alone", why), nil
+	}
+	b := &built{base: src.Context().Digest(desc.Digest.String()).String(), mt: desc.MediaType, baseTag: s.tag}
 	switch {
 	case desc.MediaType.IsIndex():
-		idx, err := desc.ImageIndex()
+		ri, err := desc.ImageIndex()
 		var im *v1.IndexManifest
 		if err == nil {
-			im, err = idx.IndexManifest()
+			im, err = ri.IndexManifest()
 		}
 		if err != nil {
 			return nil, "", fmt.Errorf("read index %s: %w", src, err)
 		}
+		// Its entries are read once: for its claim, its check and its patch.
+		var idx v1.ImageIndex = &readOnce{index: ri, images: map[v1.Hash]v1.Image{}}
 		// The base as verified is the base patched: its entries, read
 		// once for the check, are not read again.
 		var baseIdx v1.ImageIndex
-		upgrade, skip, err := p.rebase(ctx, sess, b, im.Annotations, src, func(bd *remote.Descriptor) error {
+		var baseMT types.MediaType
+		upgrade, skip, err := p.rebase(ctx, sess, b, p.indexClaim(idx, im), src, func(bd *remote.Descriptor) error {
 			if !bd.MediaType.IsIndex() {
 				return fmt.Errorf("that is %s, not an index", bd.MediaType)
 			}
@@ -391,16 +614,16 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 			if err != nil {
 				return err
 			}
-			baseIdx = &readOnce{index: bi, images: map[v1.Hash]v1.Image{}}
+			baseIdx, baseMT = &readOnce{index: bi, images: map[v1.Hash]v1.Image{}}, bd.MediaType
 			return indexMadeFrom(idx, baseIdx, p.spec.Name)
 		})
 		if err != nil || skip != "" {
 			return nil, skip, err
 		}
 		if upgrade {
-			idx = baseIdx
+			idx, b.mt = baseIdx, baseMT
 		}
-		return b, "", p.patchIndex(b, idx, desc.MediaType)
+		b.fromIdx = idx
 	case desc.MediaType.IsImage():
 		img, err := desc.Image()
 		var cfg *v1.ConfigFile
@@ -429,18 +652,57 @@ func (p *Patcher) build(ctx context.Context, sess *session, s source) (*built, s
 		}
 		if upgrade {
 			img = baseImg
+			if cfg, err = img.ConfigFile(); err != nil {
+				return nil, "", fmt.Errorf("read %s: %w", b.base, err)
+			}
 		}
-		if arch := cfg.Architecture; !p.spec.Supports(arch) {
-			return nil, "", fmt.Errorf("%s is %s/%s; the patch has files for %s only", src, cfg.OS, arch, strings.Join(p.spec.Architectures(), ", "))
+		if plat := platformOf(cfg); p.spec.SupportsPlatform(plat) != "" {
+			b.unpatched = []string{plat.String()}
+			return b, fmt.Sprintf("%s is %s: %s; left as it is", src, plat, p.spec.SupportsPlatform(plat)), nil
 		}
-		if b.img, err = p.patchImage(img, cfg.Architecture, b.base, b.baseTag); err != nil {
-			return nil, "", err
-		}
-		b.digest, err = b.img.Digest()
-		return b, "", err
+		b.from = img
+	case desc.MediaType.IsSchema1():
+		return nil, "", fmt.Errorf("%s is a Docker schema 1 manifest (%s), which imagepatch cannot patch: push it again as Docker schema 2 or OCI", src, desc.MediaType)
 	default:
 		return nil, "", fmt.Errorf("%s is %s, not an image or an image index", src, desc.MediaType)
 	}
+	// Named after the source's tag, or the base's (rebase chose it).
+	var none unpatchable
+	if err := p.render(b, b.baseTag); errors.As(err, &none) {
+		return b, fmt.Sprintf("%s: %s; left as it is", src, none), nil
+	} else if err != nil {
+		return nil, "", err
+	}
+	return b, "", nil
+}
+
+// platformOf is the platform an image's config says it is for.
+func platformOf(cfg *v1.ConfigFile) *v1.Platform {
+	return &v1.Platform{OS: cfg.OS, Architecture: cfg.Architecture, Variant: cfg.Variant, OSVersion: cfg.OSVersion, OSFeatures: cfg.OSFeatures}
+}
+
+// render makes b's result as named after baseTag (the tag its labels
+// record, and its destination's).
+func (p *Patcher) render(b *built, baseTag name.Tag) error {
+	b.baseTag, b.dropped, b.kept, b.unpatched, b.noCommand = baseTag, nil, nil, nil, false
+	var err error
+	if b.fromIdx != nil {
+		err = p.patchIndex(b, b.fromIdx, b.mt)
+	} else {
+		cfg, err := b.from.ConfigFile()
+		if err != nil {
+			return err
+		}
+		if b.img, b.noCommand, err = p.patchImage(b.from, cfg.Architecture, b.base, b.baseTag, ""); err != nil {
+			return err
+		}
+		b.digest, err = b.img.Digest()
+	}
+	if err != nil {
+		return err
+	}
+	b.dst, err = p.DestinationTag(baseTag)
+	return err
 }
 
 // rebase weighs what the source says it is. Labels are the image's own,
@@ -553,16 +815,26 @@ func madeFrom(src, base v1.Image, patch string) error {
 	switch {
 	case sc.OS != bc.OS || sc.Architecture != bc.Architecture || sc.Variant != bc.Variant:
 		return fmt.Errorf("%s/%s, the base %s/%s", sc.OS, sc.Architecture, bc.OS, bc.Architecture)
-	case len(sc.History) != len(bc.History)+extra:
-		return fmt.Errorf("%d history entries on the base's %d", len(sc.History), len(bc.History))
 	case len(sc.RootFS.DiffIDs) != len(bc.RootFS.DiffIDs)+extra || !slices.Equal(sc.RootFS.DiffIDs[:len(bc.RootFS.DiffIDs)], bc.RootFS.DiffIDs):
 		return errors.New("its layers' contents are not the base's")
-	case !slices.Equal(sc.Config.Cmd, bc.Config.Cmd) || sc.Config.User != bc.Config.User || sc.Config.WorkingDir != bc.Config.WorkingDir:
-		return errors.New("its command, user or working directory is not the base's")
-	case len(sc.Config.Entrypoint) < len(bc.Config.Entrypoint) || !slices.Equal(sc.Config.Entrypoint[len(sc.Config.Entrypoint)-len(bc.Config.Entrypoint):], bc.Config.Entrypoint):
+	case sc.Config.User != bc.Config.User || sc.Config.WorkingDir != bc.Config.WorkingDir:
+		return errors.New("its user or working directory is not the base's")
+	// A default command goes into the cmd of a base that has neither.
+	case !slices.Equal(sc.Config.Cmd, bc.Config.Cmd) && (len(entrypoint(bc.Config)) > 0 || len(bc.Config.Cmd) > 0):
+		return errors.New("its command is not the base's")
+	case !hasSuffix(entrypoint(sc.Config), entrypoint(bc.Config)):
 		return errors.New("its entrypoint does not end with the base's")
 	}
-	for i, h := range bc.History {
+	// The base's history first: as it is, or with the entries imagepatch
+	// adds for layers it records none for.
+	hist := bc.History
+	if extra == 1 && len(sc.History) != len(hist)+1 {
+		hist = padHistory(bc.History, len(bm.Layers), bc.Created)
+	}
+	if len(sc.History) != len(hist)+extra {
+		return fmt.Errorf("%d history entries on the base's %d", len(sc.History), len(bc.History))
+	}
+	for i, h := range hist {
 		s := sc.History[i]
 		if s.CreatedBy != h.CreatedBy || s.Comment != h.Comment || s.Author != h.Author || s.EmptyLayer != h.EmptyLayer || !s.Created.Equal(h.Created.Time) {
 			return fmt.Errorf("history entry %d (%q) is not the base's", i, s.CreatedBy)
@@ -572,6 +844,40 @@ func madeFrom(src, base v1.Image, patch string) error {
 		return fmt.Errorf("its last layer was made by %q, not by imagepatch %s", sc.History[len(sc.History)-1].CreatedBy, patch)
 	}
 	return nil
+}
+
+// padHistory is an image's history with an entry for each layer it
+// records none for (an image built without history, or with too little),
+// so that a layer added after it has its entry at the right place: the
+// history entries that are not empty_layer are one for each layer, in
+// order.
+func padHistory(h []v1.History, layers int, created v1.Time) []v1.History {
+	n := 0
+	for _, e := range h {
+		if !e.EmptyLayer {
+			n++
+		}
+	}
+	if n >= layers {
+		return h
+	}
+	pad := make([]v1.History, layers-n, layers-n+len(h)+1)
+	for i := range pad {
+		pad[i] = v1.History{Created: created, Comment: "imagepatch: the base image records no history for this layer"}
+	}
+	return append(pad, h...)
+}
+
+// entrypoint is c's entrypoint, none for [""] (which runtimes read as none).
+func entrypoint(c v1.Config) []string {
+	if len(c.Entrypoint) == 1 && c.Entrypoint[0] == "" {
+		return nil
+	}
+	return c.Entrypoint
+}
+
+func hasSuffix(s, suf []string) bool {
+	return len(s) >= len(suf) && slices.Equal(s[len(s)-len(suf):], suf)
 }
 
 // indexMadeFrom says why src is not base's index patched: each entry
@@ -627,20 +933,37 @@ func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) er
 	if err != nil {
 		return err
 	}
-	var adds []mutate.IndexAddendum
+	out := &v1.IndexManifest{SchemaVersion: im.SchemaVersion, MediaType: mt, ArtifactType: im.ArtifactType}
+	children := map[v1.Hash]mutate.Appendable{}
+	var platforms []string // every image entry's, for an index with none to patch
+	noCommand := true
 	for _, d := range im.Manifests {
 		plat := "unknown"
 		if d.Platform != nil {
 			plat = d.Platform.String()
 		}
-		supported := d.MediaType.IsImage() && d.Platform != nil && d.Platform.OS != "unknown" && p.spec.Supports(d.Platform.Architecture)
-		if !supported {
-			if p.spec.Unpatchable == "keep" {
+		runnable := d.MediaType.IsImage() && d.Platform != nil && d.Platform.OS != "unknown" && d.Platform.OS != ""
+		if runnable {
+			platforms = append(platforms, plat)
+		}
+		why := p.spec.SupportsPlatform(d.Platform)
+		if !d.MediaType.IsImage() {
+			why = "not an image (" + string(d.MediaType) + ")"
+		}
+		if why != "" {
+			// Another operating system's entry (windows), or one with
+			// os.features, is always passed through: its nodes must still
+			// find their image.
+			if p.spec.Unpatchable == "keep" || (runnable && (d.Platform.OS != "linux" || len(d.Platform.OSFeatures) > 0)) {
 				child, err := childOf(idx, d)
 				if err != nil {
 					return fmt.Errorf("keep the %s entry %s: %w", plat, d.Digest, err)
 				}
-				adds = append(adds, mutate.IndexAddendum{Add: child, Descriptor: d})
+				out.Manifests, children[d.Digest] = append(out.Manifests, d), child
+				b.kept = append(b.kept, fmt.Sprintf("%s %s: %s", plat, d.Digest, why))
+				if runnable {
+					b.unpatched = append(b.unpatched, plat)
+				}
 			} else {
 				b.dropped = append(b.dropped, plat+" "+d.Digest.String())
 			}
@@ -651,28 +974,44 @@ func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) er
 			return fmt.Errorf("read %s entry: %w", plat, err)
 		}
 		base := b.baseTag.Context().Digest(d.Digest.String()).String()
-		img, err := p.patchImage(child, d.Platform.Architecture, base, b.baseTag)
+		img, none, err := p.patchImage(child, d.Platform.Architecture, base, b.baseTag, b.base)
 		if err != nil {
 			return fmt.Errorf("patch %s entry: %w", plat, err)
 		}
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: d.Platform, Annotations: d.Annotations}})
+		noCommand = noCommand && none
+		nd, err := entryDescriptor(d, img)
+		if err != nil {
+			return fmt.Errorf("patch %s entry: %w", plat, err)
+		}
+		out.Manifests, children[nd.Digest] = append(out.Manifests, nd), img
 	}
-	if len(adds) == 0 {
-		return fmt.Errorf("no entry of the index is for %s", strings.Join(p.spec.Architectures(), " or "))
+	if len(out.Manifests) == len(b.kept) {
+		b.unpatched = platforms
+		return unpatchable(fmt.Sprintf("no entry of the index is for linux on %s (it has %s)", strings.Join(p.spec.Architectures(), " or "), cmp.Or(strings.Join(platforms, ", "), "no platform's")))
 	}
-	out := mutate.IndexMediaType(empty.Index, mt)
-	out = mutate.AppendManifests(out, adds...)
-	ann := map[string]string{}
-	for k, v := range im.Annotations {
-		ann[k] = v
+	b.noCommand = noCommand
+	// A Docker manifest list's schema has no annotations: its entries'
+	// labels say what it was made from (LabelBaseIndex).
+	if mt != types.DockerManifestList {
+		out.Annotations = maps.Clone(im.Annotations)
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		maps.Copy(out.Annotations, p.recordLabels(b.base, b.baseTag))
+		maps.Copy(out.Annotations, lineage(b.base, b.baseTag))
 	}
-	for k, v := range p.recordLabels(b.base, b.baseTag) {
-		ann[k] = v
+	if b.idx, err = newBuiltIndex(out, children); err != nil {
+		return err
 	}
-	b.idx = mutate.Annotations(out, ann).(v1.ImageIndex)
 	b.digest, err = b.idx.Digest()
 	return err
 }
+
+// unpatchable is an index with no entry the patch has files for: it is
+// left as it is.
+type unpatchable string
+
+func (u unpatchable) Error() string { return string(u) }
 
 // childOf fetches an index entry as what it is, an index or an image.
 func childOf(idx v1.ImageIndex, d v1.Descriptor) (mutate.Appendable, error) {
@@ -702,23 +1041,25 @@ func (p *Patcher) recordLabels(base string, baseTag name.Tag) map[string]string 
 }
 
 // patchImage appends the patch layer and edits the config; the result's
-// digest depends only on the base and the spec.
-func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.Tag) (v1.Image, error) {
+// digest depends only on the base and the spec. baseIndex is the index
+// the image is an entry of (repo@digest), "" for an image alone. It also
+// says whether the image has neither entrypoint nor cmd.
+func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.Tag, baseIndex string) (v1.Image, bool, error) {
 	mt, err := base.MediaType()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	lmt := types.OCILayer
 	if mt == types.DockerManifestSchema2 {
 		lmt = types.DockerLayer
 	}
-	layer, err := p.layer(arch, lmt)
-	if err != nil {
-		return nil, err
-	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, false, fmt.Errorf("read config: %w", err)
+	}
+	layer, err := p.layer(arch, lmt)
+	if err != nil {
+		return nil, false, err
 	}
 	img := base
 	if len(p.spec.Files) > 0 {
@@ -726,29 +1067,72 @@ func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.T
 			Created: cfg.Created, CreatedBy: "imagepatch " + p.spec.Name + " " + p.spec.Version, Comment: "oomguard imagepatch",
 		}})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	nc, err := img.ConfigFile()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	nc = nc.DeepCopy()
+	if len(p.spec.Files) > 0 {
+		// One history entry for each layer: the base's without history
+		// get theirs, before the patch layer's.
+		bm, err := base.Manifest()
+		if err != nil {
+			return nil, false, err
+		}
+		nc.History = append(padHistory(nc.History[:len(nc.History)-1], len(bm.Layers), cfg.Created), nc.History[len(nc.History)-1])
+	}
+	noEntrypoint := len(entrypoint(nc.Config)) == 0
 	p.editConfig(&nc.Config)
+	noCommand := noEntrypoint && len(nc.Config.Cmd) == 0 // a spec's default_command is a command
 	for k, v := range p.recordLabels(baseRef, baseTag) {
 		nc.Config.Labels[k] = v
 	}
-	return mutate.ConfigFile(img, nc)
+	if _, digest, ok := strings.Cut(baseIndex, "@"); ok {
+		nc.Config.Labels[LabelBaseIndex] = digest
+	}
+	if img, err = mutate.ConfigFile(img, nc); err != nil {
+		return nil, false, err
+	}
+	if mt == types.OCIManifestSchema1 {
+		img = mutate.Annotations(img, lineage(baseRef, baseTag)).(v1.Image)
+	}
+	return img, noCommand, nil
 }
 
+// lineage is the OCI annotations naming what a result was made from: by
+// its tag, or by digest where the result is named after the digest (a
+// tag sha256-HEX may hold the base's referrers, not the base).
+func lineage(base string, baseTag name.Tag) map[string]string {
+	_, digest, _ := strings.Cut(base, "@")
+	baseName := baseTag.String()
+	if strings.HasPrefix(baseTag.TagStr(), "sha256-") {
+		baseName = baseTag.Context().String() + "@" + digest
+	}
+	return map[string]string{AnnotationBaseDigest: digest, AnnotationBaseName: baseName}
+}
+
+// editConfig puts the patch's entrypoint prefix in front of the image's
+// entrypoint, so that every way of running the image runs it as the source
+// did, behind the prefix: its cmd stays its cmd, a command given at run
+// time (podman run IMAGE cmd…, Kubernetes args:) still replaces the cmd
+// alone, and one that replaces the entrypoint (Kubernetes command:,
+// --entrypoint) replaces the prefix too (the webhook puts it back). An
+// image whose own command podman would run in systemd mode gets the init
+// prefix, the shim under a name podman takes for systemd.
 func (p *Patcher) editConfig(c *v1.Config) {
 	e := p.spec.Config
-	if pre := e.EntrypointPrefix; len(pre) > 0 && !hasPrefix(c.Entrypoint, pre) {
-		ep := append(slices.Clone(pre), c.Entrypoint...)
-		if len(c.Entrypoint) == 0 && len(c.Cmd) == 0 {
-			ep = append(ep, e.DefaultCommand...)
+	if pre := e.EntrypointPrefix; len(pre) > 0 && !hasPrefix(c.Entrypoint, pre) && (len(e.InitEntrypointPrefix) == 0 || !hasPrefix(c.Entrypoint, e.InitEntrypointPrefix)) {
+		ep := entrypoint(*c)
+		if len(ep) == 0 && len(c.Cmd) == 0 && len(e.DefaultCommand) > 0 {
+			c.Cmd = slices.Clone(e.DefaultCommand)
 		}
-		c.Entrypoint = ep
+		if len(e.InitEntrypointPrefix) > 0 && PodmanSystemd(slices.Concat(ep, c.Cmd)) {
+			pre = e.InitEntrypointPrefix
+		}
+		c.Entrypoint = slices.Concat(pre, ep)
 	}
 	// In key order: the result's digest must not depend on Go's map order.
 	for _, k := range slices.Sorted(maps.Keys(e.Env)) {
@@ -806,15 +1190,25 @@ func notFound(err error) bool {
 // only its config and manifest written, and the patch layer once per
 // repository: its base layers are the source's, in the same repository.
 // An index goes through remote.WriteIndex.
-func (p *Patcher) push(ctx context.Context, sess *session, dst name.Tag, b *built) (Action, error) {
-	switch got, ok, err := p.holds(ctx, sess, dst); {
+func (p *Patcher) push(ctx context.Context, sess *session, b *built) (Action, error) {
+	got, ok, err := p.holds(ctx, sess, b.dst)
+	if err == nil && ok && got != b.digest {
+		// Another result of this patch there: the source's tag moved,
+		// and b goes under its base's digest's name instead.
+		var moved bool
+		if moved, err = p.moved(ctx, sess, b, got); err == nil && moved {
+			got, ok, err = p.holds(ctx, sess, b.dst)
+		}
+	}
+	switch {
 	case err != nil:
 		return ActionFailed, err
 	case ok && got == b.digest:
 		return ActionUnchanged, nil
 	case ok:
-		return ActionRefused, errors.New(taken(dst, got))
+		return ActionRefused, errors.New(taken(b.dst, got))
 	}
+	dst := b.dst
 	if err := p.write(ctx, sess, dst, b); err != nil {
 		return ActionFailed, err
 	}

@@ -27,10 +27,18 @@ type Resolution struct {
 	SourceDigest string `json:"sourceDigest,omitempty"` // repo@digest the source named
 	Patched      string `json:"patched,omitempty"`      // repo@digest, the source's repository
 	State        State  `json:"state"`
-	Action       Action `json:"action,omitempty"` // the patcher's, when it ran
-	Limit        string `json:"limit,omitempty"`  // the limit reached, when throttled
-	Note         string `json:"note,omitempty"`   // the patcher's, when it did not believe the source's labels
-	Error        string `json:"error,omitempty"`
+	Destination  string `json:"destination,omitempty"` // the tag the patched image is under
+	Action       Action `json:"action,omitempty"`      // the patcher's, when it ran
+	Limit        string `json:"limit,omitempty"`       // the limit reached, when throttled
+	// Unpatched are the platforms the image runs unpatched on: entries of
+	// an index the patch has no files for (windows), or, skipped, the
+	// image's own.
+	Unpatched []string `json:"unpatched,omitempty"`
+	// NoCommand: the image has neither entrypoint nor cmd (it runs only
+	// with a command given).
+	NoCommand bool   `json:"noCommand,omitempty"`
+	Note      string `json:"note,omitempty"` // the patcher's: labels it did not believe, a tag that moved
+	Error     string `json:"error,omitempty"`
 }
 
 // The limits a Resolver's throttled answers name.
@@ -71,8 +79,9 @@ type Resolver struct {
 	// TagTTL is how long a tag's digest is trusted before it is looked up
 	// again: a tag moved in the registry is seen at most this late.
 	TagTTL time.Duration
-	// FailedTTL is how long a source that failed is not tried again.
-	FailedTTL time.Duration
+	// FailedTTL is how long a source that failed is not tried again; each
+	// failure in a row doubles it, up to MaxFailedTTL.
+	FailedTTL, MaxFailedTTL time.Duration
 	// PatchTimeout bounds one patch in the background, LookupTimeout one
 	// tag's lookup.
 	PatchTimeout, LookupTimeout time.Duration
@@ -83,19 +92,29 @@ type Resolver struct {
 
 	once     sync.Once
 	mu       sync.Mutex
-	tags     *lru[string, pinned]    // tag → digest, when looked up
-	patched  *lru[string, string]    // source repo@digest → patched repo@digest
-	results  *lru[string, struct{}]  // patched repo@digest: a pod already on it
-	failed   *lru[string, failure]   // source repo@digest → why, until FailedTTL
-	repos    *lru[string, *bucket]   // source repository → its patches' rate
-	rate     bucket                  // every patch's rate
-	lookups  map[string]*flight      // tag → its lookup, at most Limits.Lookups
-	inflight map[string]*patchFlight // source repo@digest → its patch, at most Limits.Concurrent
+	tags     *lru[string, pinned]     // tag → digest, when looked up
+	patched  *lru[string, Resolution] // source repo@digest → its patch, or why it is left as it is
+	results  *lru[string, struct{}]   // patched repo@digest: a pod already on it
+	failed   *lru[string, failure]    // source repo@digest → why, until FailedTTL
+	repos    *lru[string, *bucket]    // source repository → its patches' rate
+	rate     bucket                   // every patch's rate
+	lookups  map[string]*flight       // tag → its lookup, at most Limits.Lookups
+	inflight map[string]*patchFlight  // source repo@digest → its patch, at most Limits.Concurrent
 }
 
 type failure struct {
 	res Resolution
 	at  time.Time
+	n   int // failures in a row
+}
+
+// failedFor is how long a source that failed n times in a row is not tried again.
+func (r *Resolver) failedFor(n int) time.Duration {
+	d := r.FailedTTL
+	for ; n > 1 && d < r.MaxFailedTTL; n-- {
+		d *= 2
+	}
+	return min(d, max(r.MaxFailedTTL, r.FailedTTL))
 }
 
 type pinned struct {
@@ -118,7 +137,7 @@ type patchFlight struct {
 
 // NewResolver makes a Resolver over p.
 func NewResolver(p *Patcher) *Resolver {
-	return &Resolver{p: p, TagTTL: time.Minute, FailedTTL: 5 * time.Minute, PatchTimeout: 10 * time.Minute, LookupTimeout: 30 * time.Second,
+	return &Resolver{p: p, TagTTL: time.Minute, FailedTTL: 5 * time.Minute, MaxFailedTTL: time.Hour, PatchTimeout: 10 * time.Minute, LookupTimeout: 30 * time.Second,
 		Limits: DefaultLimits}
 }
 
@@ -135,7 +154,7 @@ func (r *Resolver) init() {
 				*f.v = f.def
 			}
 		}
-		r.tags, r.patched, r.results = newLRU[string, pinned](l.Cached), newLRU[string, string](l.Cached), newLRU[string, struct{}](l.Cached)
+		r.tags, r.patched, r.results = newLRU[string, pinned](l.Cached), newLRU[string, Resolution](l.Cached), newLRU[string, struct{}](l.Cached)
 		r.failed, r.repos = newLRU[string, failure](l.Cached), newLRU[string, *bucket](l.Cached)
 		r.lookups, r.inflight = map[string]*flight{}, map[string]*patchFlight{}
 	})
@@ -161,9 +180,20 @@ func (r *Resolver) Cached(ref name.Reference) (Resolution, bool) {
 	if !ok {
 		return res, false
 	}
-	d, ok := r.patched.get(key)
-	res.SourceDigest, res.Patched, res.State = key, d, StateCached
-	return res, ok
+	done, ok := r.patched.get(key)
+	if !ok {
+		return res, false
+	}
+	return done.answer(ref), true
+}
+
+// answer is a remembered resolution, as an answer about ref.
+func (res Resolution) answer(ref name.Reference) Resolution {
+	res.Source, res.Action = ref.String(), ""
+	if res.State == StatePatched {
+		res.State = StateCached
+	}
+	return res
 }
 
 // pinnedLocked is the digest ref names, when known without a lookup.
@@ -212,23 +242,21 @@ func (r *Resolver) Resolve(ctx context.Context, ref name.Reference) Resolution {
 	key := src.String()
 	res.SourceDigest = key
 	r.mu.Lock()
-	if d, ok := r.patched.get(key); ok {
+	if done, ok := r.patched.get(key); ok {
 		r.mu.Unlock()
-		res.Patched, res.State = d, StateCached
-		return res
+		return done.answer(ref)
 	}
 	if _, ok := r.results.get(key); ok {
 		r.mu.Unlock()
 		res.State = StateSkipped
 		return res
 	}
-	if f, ok := r.failed.get(key); ok {
-		if time.Since(f.at) < r.FailedTTL {
-			r.mu.Unlock()
-			f.res.Source = res.Source
-			return f.res
-		}
-		r.failed.remove(key)
+	// A failure is remembered, and not tried again for a while, longer
+	// with each failure in a row.
+	if f, ok := r.failed.get(key); ok && time.Since(f.at) < r.failedFor(f.n) {
+		r.mu.Unlock()
+		f.res.Source = res.Source
+		return f.res
 	}
 	f, ok := r.inflight[key]
 	if !ok {
@@ -330,12 +358,13 @@ func (r *Resolver) patch(key string, src name.Digest, as name.Tag, f *patchFligh
 	ctx, cancel := context.WithTimeout(context.Background(), r.PatchTimeout)
 	defer cancel()
 	res := r.p.ApplyRef(ctx, src, as)
-	out := Resolution{Source: src.String(), SourceDigest: key, Action: res.Action, Note: res.Note, Error: res.Error}
+	out := Resolution{Source: src.String(), SourceDigest: key, Action: res.Action, Note: res.Note, Error: res.Error,
+		Unpatched: res.Unpatched, NoCommand: res.NoCommand}
 	switch res.Action {
 	case ActionPush, ActionUnchanged:
 		// The destination is in the source's repository: the pod's pull
 		// secrets reach it.
-		out.Patched, out.State = src.Context().Digest(res.Digest).String(), StatePatched
+		out.Patched, out.Destination, out.State = src.Context().Digest(res.Digest).String(), res.Destination, StatePatched
 	case ActionSkipped:
 		out.State = StateSkipped
 	default:
@@ -343,11 +372,16 @@ func (r *Resolver) patch(key string, src name.Digest, as name.Tag, f *patchFligh
 	}
 	r.mu.Lock()
 	switch out.State {
-	case StatePatched:
-		r.patched.add(key, out.Patched)
-		r.results.add(out.Patched, struct{}{})
-	case StateFailed, StateSkipped:
-		r.failed.add(key, failure{out, time.Now()})
+	case StatePatched, StateSkipped:
+		// Both follow from the source's digest and the spec alone.
+		r.patched.add(key, out)
+		r.failed.remove(key)
+		if out.Patched != "" {
+			r.results.add(out.Patched, struct{}{})
+		}
+	case StateFailed:
+		prev, _ := r.failed.get(key)
+		r.failed.add(key, failure{out, time.Now(), prev.n + 1})
 	}
 	delete(r.inflight, key)
 	r.mu.Unlock()

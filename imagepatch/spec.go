@@ -7,6 +7,7 @@ package imagepatch
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/oomguard/oomguard/internal/safeio"
 	"github.com/oomguard/oomguard/internal/stricttoml"
@@ -31,6 +34,8 @@ type Spec struct {
 	Config  Edits  `toml:"config"`
 	// Unpatchable says what becomes of index entries the patch has no files
 	// for (other architectures, attestations): "drop" (default) or "keep".
+	// An entry for another operating system (windows) is always kept: the
+	// patch is for linux, and its nodes must still find their image.
 	Unpatchable string `toml:"unpatchable"`
 
 	dir string // where relative sources are found
@@ -40,10 +45,12 @@ type Spec struct {
 type File struct {
 	Path string `toml:"path"`
 	Mode int64  `toml:"mode"`
-	// One of: Source (a host file), Sources (one per architecture), Content.
+	// One of: Source (a host file), Sources (one per architecture),
+	// Content, Link (a symbolic link to this target).
 	Source  string            `toml:"source"`
 	Sources map[string]string `toml:"sources"`
 	Content *string           `toml:"content"`
+	Link    string            `toml:"link"`
 
 	data map[string][]byte // by architecture; "" for every architecture
 }
@@ -53,7 +60,17 @@ type Edits struct {
 	// EntrypointPrefix runs first: the new entrypoint is the prefix, then the
 	// image's own entrypoint; the image's cmd stays its cmd.
 	EntrypointPrefix []string `toml:"entrypoint_prefix"`
-	// DefaultCommand follows the prefix when the image has neither entrypoint nor cmd.
+	// InitEntrypointPrefix is used instead of EntrypointPrefix for an image
+	// whose own command (entrypoint and cmd, as podman puts them together)
+	// is an init as podman's systemd mode sees it: /sbin/init,
+	// /usr/sbin/init, /usr/local/sbin/init or a path whose base name is
+	// systemd. Its first element must be such a path too (the shim under
+	// the name systemd), so that podman still runs the patched image in
+	// systemd mode.
+	InitEntrypointPrefix []string `toml:"init_entrypoint_prefix"`
+	// DefaultCommand becomes the cmd of an image with neither entrypoint
+	// nor cmd (a command given at run time replaces it, as it would have
+	// replaced the image's own).
 	DefaultCommand []string          `toml:"default_command"`
 	Env            map[string]string `toml:"env"`
 	Labels         map[string]string `toml:"labels"`
@@ -65,6 +82,17 @@ const (
 	LabelVersion    = "io.oomguard.patch.version"
 	LabelBaseDigest = "io.oomguard.patch.base.digest"
 	LabelBaseName   = "io.oomguard.patch.base.name"
+	// LabelBaseIndex, on each patched entry of an index, is the index's
+	// base: a Docker manifest list has no annotations to record it in.
+	LabelBaseIndex = "io.oomguard.patch.base.index"
+)
+
+// The OCI image spec's lineage annotations, which every OCI manifest and
+// index imagepatch makes also carries (Docker's schemas have no
+// annotations: their labels say it).
+const (
+	AnnotationBaseDigest = "org.opencontainers.image.base.digest"
+	AnnotationBaseName   = "org.opencontainers.image.base.name"
 )
 
 var (
@@ -147,8 +175,14 @@ func (s *Spec) validate() error {
 		if f.Content != nil {
 			n++
 		}
+		if f.Link != "" {
+			n++
+			if hasControl(f.Link) {
+				add("%s: link has a control character", where)
+			}
+		}
 		if n != 1 {
-			add("%s: give exactly one of source, sources, content", where)
+			add("%s: give exactly one of source, sources, content, link", where)
 			continue
 		}
 		if err := f.load(s.dir); err != nil {
@@ -177,9 +211,17 @@ func (s *Spec) validate() error {
 			add("config.labels key %q: want a name without control characters", k)
 		}
 	}
-	for _, a := range append(slices.Clone(s.Config.EntrypointPrefix), s.Config.DefaultCommand...) {
+	for _, a := range slices.Concat(s.Config.EntrypointPrefix, s.Config.InitEntrypointPrefix, s.Config.DefaultCommand) {
 		if strings.ContainsRune(a, 0) {
 			add("config: argument %q has a NUL", a)
+		}
+	}
+	if ip := s.Config.InitEntrypointPrefix; len(ip) > 0 {
+		if len(s.Config.EntrypointPrefix) == 0 {
+			add("config.init_entrypoint_prefix needs an entrypoint_prefix")
+		}
+		if !PodmanSystemd(ip[:1]) {
+			add("config.init_entrypoint_prefix %q: its first element must be a path podman's systemd mode knows (one whose base name is systemd)", ip[0])
 		}
 	}
 	return errors.Join(errs...)
@@ -209,6 +251,8 @@ func (f *File) load(dir string) error {
 		return safeio.ReadFile(p, maxSource)
 	}
 	switch {
+	case f.Link != "":
+		f.data[""] = nil
 	case f.Content != nil:
 		f.data[""] = []byte(*f.Content)
 	case f.Source != "":
@@ -269,6 +313,42 @@ func (s *Spec) Architectures() []string {
 func (s *Spec) Supports(arch string) bool {
 	archs := s.Architectures()
 	return archs == nil || slices.Contains(archs, arch)
+}
+
+// SupportsPlatform says why the spec cannot patch an image of plat, or ""
+// when it can: a patch layer is a linux layer (a windows one has another
+// form), for the architectures the spec has files for, and for no
+// operating system features it does not know.
+func (s *Spec) SupportsPlatform(plat *v1.Platform) string {
+	switch {
+	case plat == nil:
+		return "no platform"
+	case plat.OS != "linux":
+		return fmt.Sprintf("the patch is for linux, not %s", cmp.Or(plat.OS, `""`))
+	case len(plat.OSFeatures) > 0:
+		return fmt.Sprintf("the patch knows no os.features (%s)", strings.Join(plat.OSFeatures, ", "))
+	case !s.Supports(plat.Architecture):
+		return fmt.Sprintf("the patch has files for %s only", strings.Join(s.Architectures(), ", "))
+	}
+	return ""
+}
+
+// podmanInits are the commands podman (4.x, pkg/specgen/generate)
+// runs in systemd mode, besides any whose base name is systemd.
+var podmanInits = []string{"/sbin/init", "/usr/sbin/init", "/usr/local/sbin/init"}
+
+// PodmanSystemd says whether podman turns on its systemd mode for a
+// container whose command (entrypoint, then cmd) is cmd: its first element
+// (after a leading /bin/sh -c) is /sbin/init, /usr/sbin/init,
+// /usr/local/sbin/init, or has the base name systemd.
+func PodmanSystemd(cmd []string) bool {
+	if len(cmd) > 2 && cmd[0] == "/bin/sh" && cmd[1] == "-c" {
+		cmd = cmd[2:]
+	}
+	if len(cmd) == 0 {
+		return false
+	}
+	return slices.Contains(podmanInits, cmd[0]) || filepath.Base(cmd[0]) == "systemd"
 }
 
 //go:embed shim/oomguard-init-linux-amd64

@@ -24,43 +24,62 @@ const MaxTags = 100_000
 
 var maxPages = 10_000
 
-// Tags lists the repository's tags (every page) that the selector picks. A
-// listing over MaxTags tags, or that links pages without end, is an error.
+// ArtifactTag matches the tags signing tools and registries without the
+// referrers API give what they attach to an image: cosign's
+// sha256-HEX.sig, .att and .sbom, and the OCI referrers fallback tag
+// sha256-HEX. They name no image to patch.
+var ArtifactTag = regexp.MustCompile(`^sha256-[0-9a-f]{64}(\.(sig|att|sbom))?$`)
+
+// Tags lists the repository's tags (every page) that the selector picks,
+// leaving out the tags of artifacts (ArtifactTag). A listing over MaxTags
+// tags, or that links pages without end, is an error.
 func (s Selector) Tags(ctx context.Context, repo name.Repository, opts ...remote.Option) ([]name.Tag, error) {
+	tags, _, err := s.Select(ctx, repo, opts...)
+	return tags, err
+}
+
+// Select is Tags, and how many tags of artifacts the selector would have
+// picked and left out.
+func (s Selector) Select(ctx context.Context, repo name.Repository, opts ...remote.Option) ([]name.Tag, int, error) {
 	for _, g := range s.Globs {
 		if _, err := path.Match(g, ""); err != nil {
-			return nil, fmt.Errorf("tag glob %q: %w", g, err)
+			return nil, 0, fmt.Errorf("tag glob %q: %w", g, err)
 		}
 	}
 	puller, err := remote.NewPuller(append([]remote.Option{remote.WithContext(ctx)}, opts...)...)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	lister, err := puller.Lister(ctx, repo)
 	if err != nil {
-		return nil, fmt.Errorf("list tags of %s: %w", repo, err)
+		return nil, 0, fmt.Errorf("list tags of %s: %w", repo, err)
 	}
 	var out []name.Tag
+	artifacts := 0
 	seen := map[string]bool{}
 	for pages := 0; lister.HasNext(); pages++ {
 		page, err := lister.Next(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list tags of %s: %w", repo, err)
+			return nil, 0, fmt.Errorf("list tags of %s: %w", repo, err)
 		}
 		if pages >= maxPages || len(seen)+len(page.Tags) > MaxTags {
-			return nil, fmt.Errorf("list tags of %s: over %d tags in %d pages: select tags by reference or --from-file instead", repo, len(seen), pages)
+			return nil, 0, fmt.Errorf("list tags of %s: over %d tags in %d pages: select tags by reference or --from-file instead", repo, len(seen), pages)
 		}
 		for _, t := range page.Tags {
 			if seen[t] {
 				continue
 			}
 			seen[t] = true
-			if s.picks(t) {
+			switch {
+			case !s.picks(t):
+			case ArtifactTag.MatchString(t):
+				artifacts++
+			default:
 				out = append(out, repo.Tag(t))
 			}
 		}
 	}
-	return out, nil
+	return out, artifacts, nil
 }
 
 func (s Selector) picks(tag string) bool {

@@ -14,7 +14,7 @@ const defaultTarget = "/sbin/init"
 // Version is the shim's, as imagepatch's built-in spec embeds it (a test
 // holds them equal): the shim is not stamped with the commit, so that images
 // patched with it do not change with every commit.
-const Version = "3"
+const Version = "4"
 
 const usage = `Usage: oomguard-init [-s|--oom-score-adj N] [-g|--oom-group 0|1] [--allow-lower] [--] [TARGET [ARG...]]
 Sets its oom_score_adj (default 900; $` + envScore + ` wins) and memory.oom.group

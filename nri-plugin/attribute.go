@@ -25,7 +25,7 @@ type attribution struct {
 	known  bool   // a container the runtime told of
 	member bool   // killed for its cgroup's memory.oom.group, with the victim
 	cgroup string // the victim's cgroup, as far as known
-	by     string // what told: "process", "record" or "counters"
+	by     string // what told: "process", "record", "counters", or byNone
 	// candidates, when unsure: every container the kill may have been in.
 	candidates []ctrInfo
 }
@@ -33,8 +33,13 @@ type attribution struct {
 // unsure reports whether the kill could be in more than one container.
 func (a attribution) unsure() bool { return len(a.candidates) > 1 }
 
-// attribute finds the container k was in.
-func (p *Plugin) attribute(k kmsg.Kill, book *killBook) attribution {
+// byNone is a kill caught up on that neither its process nor its record
+// places: the kernel's counts already held it when the books opened.
+const byNone = "none"
+
+// attribute finds the container k was in; the counters tell only of a kill
+// read live (counted: since the books opened).
+func (p *Plugin) attribute(k kmsg.Kill, book *killBook, counted bool) attribution {
 	if cg, ok := p.victimCgroup(k.Pid, k.Time); ok {
 		a := p.at(cg, "process")
 		a.member = k.GroupOf != "" && holds(k.GroupOf, cg)
@@ -49,10 +54,16 @@ func (p *Plugin) attribute(k kmsg.Kill, book *killBook) attribution {
 	switch {
 	case len(ids) == 1:
 		return p.at(k.Readings[0].Task, "record")
+	case len(ids) > 1 && !counted:
+		a := p.attribution(ids)
+		a.by = "record"
+		return a
 	case len(ids) > 1:
-		return p.counted(book, ids)
+		return p.counted(book, ids, k.Time)
+	case !counted:
+		return attribution{by: byNone}
 	}
-	a := p.counted(book, nil)
+	a := p.counted(book, nil, k.Time)
 	if k.GroupOf != "" && a.known && a.id == p.idAt(k.GroupOf) {
 		a.member, a.cgroup = true, k.GroupOf
 	}
@@ -80,7 +91,15 @@ var outside = ctrInfo{name: "(a process outside every pod)"}
 // kills not reported yet. One place is the kill's; several are candidates.
 // The counts read are those that changed (counts.go): a kill that looks
 // outside every pod waits a moment for the kernel to tell of a change.
-func (p *Plugin) counted(book *killBook, among []string) attribution {
+func (p *Plugin) counted(book *killBook, among []string, at time.Duration) attribution {
+	// The kernel tells of a changed memory.events at most once in 10 ms
+	// (cgroup_file_notify): a count the kill at `at` changed may not be
+	// told of until then. Records read later than that wait for nothing.
+	if p.counts.watching() {
+		if lag := at + notifyLag - p.kmsgNow(); lag > 0 && lag <= notifyLag {
+			time.Sleep(lag)
+		}
+	}
 	deadline := time.Now().Add(tellDelay)
 	for wait := time.Duration(0); ; wait = time.Until(deadline) {
 		ids, every := p.counts.changed(p, wait)
@@ -99,6 +118,10 @@ func (p *Plugin) counted(book *killBook, among []string) attribution {
 
 // tellDelay bounds the wait for the kernel to tell of a count it changed.
 const tellDelay = 20 * time.Millisecond
+
+// notifyLag is how long after a change the kernel may tell of it:
+// CGROUP_FILE_NOTIFY_MIN_INTV (10 ms), and a margin for the timer.
+const notifyLag = 15 * time.Millisecond
 
 // countedIDs are the containers whose kills are counted, sorted.
 func (p *Plugin) countedIDs() []string {

@@ -92,14 +92,14 @@ func BenchmarkRecordlessKill(b *testing.B) {
 			}
 			var book killBook
 			book.open(root)
-			p.counted(&book, nil) // the containers started before are read once
+			p.counted(&book, nil, 0) // the containers started before are read once
 			kills := 0
 			for b.Loop() {
 				kills++
 				os.WriteFile(events, fmt.Appendf(nil, "oom %d\noom_kill %d\n", kills, kills), 0o644)
 				os.WriteFile(vmstat, fmt.Appendf(nil, "oom_kill %d\n", kills), 0o644)
 				k := kmsg.Kill{Pid: 1 << 22, Comm: "hog", ScoreAdj: -997}
-				if !p.reportKill(k, &book) {
+				if !p.reportKill(k, &book, live) {
 					b.Fatal("the kill was not attributed")
 				}
 				book.attributed++

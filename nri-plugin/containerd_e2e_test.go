@@ -31,7 +31,7 @@ func hostContainerdConfig(t *testing.T, dir string) []byte {
 }
 
 // On this build host the memory controller is on cgroup v1 (hybrid), as on
-// most EKS AL2 nodes. containerd 2.1.4, built as the VM tier builds it, runs
+// most EKS AL2 nodes. containerd 2.4.2, built as the VM tier builds it, runs
 // here with the plugin connected: a container the shipped rule matches is
 // created and started with its score, and the group flag, which runc refuses
 // on cgroup v1, is reported unsupported instead of failing the container.

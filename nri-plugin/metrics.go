@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -43,6 +46,8 @@ type Metrics struct {
 	fixedChanged prometheus.Gauge
 	restartWait  prometheus.Gauge
 	restarts     *prometheus.CounterVec
+	lockHeld     prometheus.Gauge
+	workerDeaths prometheus.Counter
 	isConnected  atomic.Bool
 	waiting      atomic.Pointer[string] // the runtimes the node waits for to restart
 	badConfig    atomic.Pointer[string] // why the configuration last read is not in force
@@ -103,6 +108,10 @@ func NewMetrics() *Metrics {
 			Help: "1 while the node's runtime must restart to read the NRI configuration oomguard wrote (new containers get kubelet's settings until then)."}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_runtime_restarts_total",
 			Help: "Restarts of the node's runtime by oomguard (restartRuntime), by result (failure: the job failed, or NRI did not come up)."}, []string{"result"}),
+		lockHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_node_lock_held",
+			Help: "1 while this instance holds the node's lock: it reports the node's OOM kills and keeps its containers (an instance standing by serves no metrics)."}),
+		workerDeaths: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_plugin_restarts_total",
+			Help: "Times the plugin's supervisor (--supervise) started the plugin again in this container after it died (a crash, a kill, the OOM killer)."}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
@@ -128,13 +137,13 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
 		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.unattributed, m.unreadParts, m.kmsgLost, m.killLag, m.predictions,
-		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, buildInfo,
+		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // phases are where the plugin sets values, its metrics' phase label.
-var phases = []string{"start", "synchronize", "update", "exec", "verify", "reload"}
+var phases = []string{"start", "synchronize", "update", "exec", "verify", "reload", "takeover"}
 
 // configInForce records the configuration now in force (hash of its text,
 // its source) and whether the one last read was it.
@@ -167,20 +176,42 @@ func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) {
 		Timeout:             metricsserver.WriteTimeout / 2,
 		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		switch bad, waiting := m.badConfig.Load(), m.waiting.Load(); {
-		case bad != nil:
-			http.Error(w, "configuration invalid, the last good one (or none) in force: "+*bad, http.StatusServiceUnavailable)
-		case !m.isConnected.Load() && waiting != nil:
-			// Not a failure: the rollout goes on, the gauge and the node's condition say it.
-			fmt.Fprintf(w, "waiting for %s to restart and read oomguard's NRI configuration\n", *waiting)
-		case !m.isConnected.Load():
-			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
-		default:
-			w.Write([]byte("ok\n"))
-		}
-	})
+	mux.HandleFunc("/healthz", m.health)
 	metricsserver.Serve(ctx, addr, mux, log, m.serveErrors.Inc)
+}
+
+// health is /healthz: 200 while connected (holding the node's lock or
+// standing by), or waiting for the runtime's restart; 503 and why otherwise.
+func (m *Metrics) health(w http.ResponseWriter, _ *http.Request) {
+	switch bad, waiting := m.badConfig.Load(), m.waiting.Load(); {
+	case bad != nil:
+		http.Error(w, "configuration invalid, the last good one (or none) in force: "+*bad, http.StatusServiceUnavailable)
+	case !m.isConnected.Load() && waiting != nil:
+		// Not a failure: the rollout goes on, the gauge and the node's condition say it.
+		fmt.Fprintf(w, "waiting for %s to restart and read oomguard's NRI configuration\n", *waiting)
+	case !m.isConnected.Load():
+		http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
+	default:
+		w.Write([]byte("ok\n"))
+	}
+}
+
+// ServeHealth serves /healthz on a unix socket at path, for the pod's own
+// readiness probe (oomguard-nri health), until ctx ends: the node's port is
+// the node lock holder's, and during a rollout it answers for the other pod.
+func (m *Metrics) ServeHealth(ctx context.Context, path string, log *slog.Logger) {
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		log.Error("cannot serve /healthz on its socket: the pod's readiness probe fails", "socket", path, "err", err)
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", m.health)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	go func() { <-ctx.Done(); srv.Close() }()
+	go srv.Serve(l)
 }
 
 // setWaiting records the runtimes waited for ("" for none).

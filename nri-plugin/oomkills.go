@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -22,7 +23,31 @@ type kmsgSource interface {
 	Close() error
 }
 
-func openKmsg() (kmsgSource, error) { return kmsg.Open("/dev/kmsg") }
+// openKmsg opens the kernel's log at its end, or at its oldest record.
+func openKmsg(oldest bool) (kmsgSource, error) {
+	if oldest {
+		return kmsg.OpenOldest("/dev/kmsg")
+	}
+	return kmsg.Open("/dev/kmsg")
+}
+
+// How a kill reaches the report: read as the kernel logs it; read after it
+// was logged, while no instance read the log (the books of each container
+// already hold it, and /proc no longer shows its process); or reported
+// already by the instance that held the node's lock before, and read again
+// for what later records need of it (a group kill's victim).
+type replay int
+
+const (
+	live replay = iota
+	caughtUp
+	reportedBefore
+)
+
+// syncWait bounds how long a reader that takes over waits for the runtime
+// to tell which containers run, so that the kills it catches up on are
+// named.
+const syncWait = 5 * time.Second
 
 // Kinds of OOM kill, as reported.
 const (
@@ -60,13 +85,22 @@ const largestTasks = 5
 // watchKills reports every OOM kill the kernel logs, as it logs it: one log
 // line, a counter by container (or the node-daemon counter), and for a
 // guarded container's own limit its largest processes right after.
-func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)) {
+func (p *Plugin) watchKills(ctx context.Context, open func(oldest bool) (kmsgSource, error)) {
 	p.counts.open(p.node.Load().Mode())
 	keepCtx, stopKeep := context.WithCancel(ctx)
 	kept := make(chan struct{})
 	go p.counts.keep(keepCtx, p, kept)
 	defer func() { stopKeep(); <-kept; p.counts.close() }()
-	src, err := open()
+	// Where the instance that held the node's lock before stopped, in this
+	// boot's log: from there, no kill is lost or reported twice.
+	boot := bootID(p.root)
+	var from position
+	resume := false
+	if p.lock != nil {
+		from, resume = p.lock.readPosition(boot)
+	}
+	start := p.kmsgNow() // before the open: what the log holds after it is this chain's
+	src, err := open(resume)
 	if err != nil {
 		p.log.Warn("not reading the kernel log; OOM kills in guarded containers are counted at each verification only", "err", err)
 		return
@@ -75,6 +109,29 @@ func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)
 	var parser kmsg.Parser
 	var book killBook
 	book.open(p.root)
+	var caughtUpTo time.Duration // kills logged before: read after the fact
+	if resume {
+		select { // the containers, to name the kills caught up on
+		case <-p.synced:
+		case <-time.After(syncWait):
+		case <-ctx.Done():
+		}
+		p.rebase(&book) // its counts hold the kills until now
+		caughtUpTo = p.kmsgNow()
+		p.log.Info("reading the kernel log from where the last instance stopped", "after_record", from.Clean, "last_reported", from.Reported)
+	}
+	if !resume {
+		from = position{Since: start} // read from the log's end: now
+	}
+	var pw *positionFile
+	if p.lock != nil {
+		if pw, err = p.lock.positionFile(position{Boot: boot, Clean: from.Clean, Reported: from.Reported, Since: from.Since}); err != nil {
+			p.log.Warn("cannot keep the kernel log's position beside the node's lock: the next instance reads from the log's end", "err", err)
+			pw = nil
+		}
+	}
+	defer pw.close()
+	first := resume
 	for ctx.Err() == nil {
 		rec, err := src.Read()
 		switch {
@@ -89,8 +146,34 @@ func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)
 			}
 			return
 		}
-		if k, ok := parser.Feed(rec); ok && p.reportKill(k, &book) {
-			book.attributed++
+		if first {
+			first = false
+			if from.Clean > 0 && rec.Seq > from.Clean+1 {
+				p.m.kmsgLost.Inc()
+				p.log.Warn("kernel log records after where the last instance stopped were overwritten before this one read them; OOM kills among them are not reported",
+					"after_record", from.Clean, "oldest_left", rec.Seq)
+			}
+		}
+		if resume && (rec.Seq <= from.Clean || rec.Time < from.Since) {
+			continue
+		}
+		if k, ok := parser.Feed(rec); ok {
+			how := live
+			switch {
+			case resume && k.Seq <= from.Reported:
+				how = reportedBefore
+			case resume && k.Time < caughtUpTo:
+				how = caughtUp
+			}
+			if p.reportKill(k, &book, how) && how == live {
+				book.attributed++
+			}
+			if how != reportedBefore {
+				pw.reported(k.Seq)
+			}
+		}
+		if parser.Clean(rec.Time) {
+			pw.clean(rec.Seq)
 		}
 	}
 }
@@ -99,8 +182,11 @@ func (p *Plugin) watchKills(ctx context.Context, open func() (kmsgSource, error)
 // says from what); it reports whether it could tell. A kill that could be
 // in more than one container is reported unattributed, with them, and no
 // Event is sent for it.
-func (p *Plugin) reportKill(k kmsg.Kill, book *killBook) bool {
+func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 	if k.Again { // the kernel counted the victim twice: so does the book
+		if how != live { // the books were opened after it
+			return false
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		c, ok := p.known[book.victim]
@@ -110,17 +196,20 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook) bool {
 		}
 		return ok || book.victim == ""
 	}
-	a := p.attribute(k, book)
+	a := p.attribute(k, book, how == live)
 	if a.member { // killed for the victim's OOM
 		k.Constraint, k.OOMMemcg, k.Readings = book.chosen.Constraint, book.chosen.OOMMemcg, book.chosen.Readings
 	} else {
 		book.victim, book.chosen = a.id, k
-		if a.unsure() {
+		if a.unsure() || a.by == byNone {
 			book.victim = "?"
 		}
 	}
+	if how == reportedBefore {
+		return false
+	}
 	kind := p.killKind(k, a)
-	if a.known {
+	if a.known && how == live {
 		p.mu.Lock()
 		if c, ok := p.known[a.id]; ok {
 			c.reported++
@@ -130,8 +219,11 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook) bool {
 	}
 	attrs := []any{"pid", k.Pid, "command", escape.Terminal(k.Comm), "oom_score_adj", k.ScoreAdj, "rss_kb", k.RSSKiB,
 		"kind", kind, "cgroup", escape.Terminal(a.cgroup), "kernel_time", k.Time.Round(time.Millisecond)}
-	if a.by != "" {
+	if a.by != "" && a.by != byNone {
 		attrs = append(attrs, "attributed_by", a.by)
+	}
+	if how == caughtUp {
+		attrs = append(attrs, "caught_up", true)
 	}
 	if now := kmsg.Now(); now > 0 {
 		lag := max(0, now-k.Time) // the kernel's clock runs a hair ahead
@@ -141,8 +233,15 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook) bool {
 	switch {
 	case a.member:
 		attrs = append(attrs, "oom_group_member", true)
+	case k.GroupOf != "": // killed while the kernel killed a group: maybe its member, not the kernel's choice
+		attrs = append(attrs, "oom_group_of", escape.Terminal(k.GroupOf))
 	case kind == KillNode:
 		attrs = append(attrs, p.predicted(k)...)
+	}
+	if a.by == byNone { // caught up on, and nothing left tells whose
+		p.m.unattributed.WithLabelValues(kind).Inc()
+		p.log.Warn("OOM kill", append(attrs, "attributed", false, "candidates", "(unknown: it came while no oomguard-nri read the kernel log, and its record names no cgroup)")...)
+		return false
 	}
 	if a.unsure() {
 		names := make([]string, len(a.candidates))
@@ -224,7 +323,7 @@ func (p *Plugin) predicted(k kmsg.Kill) []any {
 		return []any{"model_predicted", "unknown"}
 	}
 	victim := kernel.Badness(int64(k.RSSKiB+k.PgTablesKiB), k.ScoreAdj, total)
-	if !found || victim >= firstBadness {
+	if !found || victim+kernel.CounterSlack(runtime.NumCPU()) >= firstBadness {
 		p.m.predictions.WithLabelValues("true").Inc()
 		return []any{"model_predicted", true}
 	}

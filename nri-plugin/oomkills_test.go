@@ -19,7 +19,7 @@ import (
 	"github.com/oomguard/oomguard/test/nriruntime"
 )
 
-func noKmsg() (kmsgSource, error) { return nil, errors.New("not in tests") }
+func noKmsg(bool) (kmsgSource, error) { return nil, errors.New("not in tests") }
 
 // fakeKmsg hands out records, then ends; before[i] runs before the i-th
 // is read (the kernel counting its kills as it logs them).
@@ -138,7 +138,7 @@ func TestKillsReported(t *testing.T) {
 	errs := make([]error, len(recs))
 	recs, errs = append(recs, ""), append(errs, kmsg.ErrLost)
 	src := &fakeKmsg{recs: recs, errs: errs, before: map[int]func(){0: vmstat(48), len(recs) - 2: vmstat(49)}}
-	p.watchKills(context.Background(), func() (kmsgSource, error) { return src, nil })
+	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
 
 	out := logs.String()
 	for _, want := range []string{

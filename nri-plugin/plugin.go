@@ -28,6 +28,7 @@ import (
 	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/facts/nrifacts"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/kmsg"
 	"github.com/oomguard/oomguard/internal/policy"
 )
 
@@ -59,8 +60,16 @@ type Plugin struct {
 	counts     counts         // whose OOM-kill counts changed (counts.go)
 	scored     *scored        // the guarded containers with a score (scored.go)
 	execs      func() (execSource, error)
-	kmsg       func() (kmsgSource, error)
-	events     Recorder // nil: no Events
+	kmsg       func(oldest bool) (kmsgSource, error)
+	kmsgNow    func() time.Duration // the kernel log's clock
+	events     Recorder             // nil: no Events
+
+	// The node's lock (lead.go): nil where it cannot be had, and then this
+	// instance does everything, as the node's only one.
+	lock     *nodeLock
+	standby  atomic.Bool   // another instance holds the node's lock
+	synced   chan struct{} // closed at the first Synchronize
+	syncOnce sync.Once
 }
 
 // guard is a container the policy changed, and what it must keep. Its
@@ -110,6 +119,12 @@ type Options struct {
 	Events Recorder
 	// Runtime, when set, keeps the runtime's restart state (install --state).
 	Runtime *RuntimeWatch
+	// HealthSocket, when set, is where /healthz is served to the pod's own
+	// readiness probe (ServeHealth).
+	HealthSocket string
+	// Restarts is how often the supervisor started the plugin before this
+	// time (oomguard_plugin_restarts_total starts there).
+	Restarts int
 }
 
 // New makes a plugin; Run connects it and runs it.
@@ -118,7 +133,7 @@ func New(o Options) *Plugin {
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
 	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, byCgroup: map[string]string{},
-		kmsg: openKmsg, events: o.Events, scored: newScored()}
+		kmsg: openKmsg, kmsgNow: kmsg.Now, events: o.Events, scored: newScored(), synced: make(chan struct{})}
 	p.execs = p.openExecs
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
@@ -142,6 +157,7 @@ func New(o Options) *Plugin {
 		source = "default"
 	}
 	p.m.configInForce(cfg.Hash, source, cfgErr)
+	p.m.workerDeaths.Add(float64(o.Restarts))
 	p.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
 		Help: "Containers whose values oomguard keeps."}, func() float64 {
 		p.mu.Lock()
@@ -155,6 +171,7 @@ func (p *Plugin) setConfig(cfg *config.Config, pol *policy.Policy) {
 	p.node.Store(enforce.NewNode(p.root, cfg.Containment.CgroupParents))
 	p.pol.Store(pol)
 	p.cfg.Store(cfg)
+	p.announce()
 }
 
 // parseConfig is a configuration's text checked, and its policy compiled:
@@ -240,6 +257,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.mu.Unlock()
 	p.guardsChanged()
 	p.m.setConnected(true)
+	p.syncOnce.Do(func() { close(p.synced) })
+	// Standing by, the instance that holds the node's lock fixes them, and
+	// this one does when it takes the lock (takeOver): after fresh is in
+	// place, so that one of the two sees each container.
+	standby := p.standby.Load()
 	// The runtime drops a plugin that answers late (CRI-O and containerd
 	// allow 2 s): the processes are fixed after the reply, not before it.
 	// The counts are taken now: fresh is the handlers' map from here on.
@@ -252,6 +274,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
 		for _, id := range ids {
 			p.countFrom(id)
+		}
+		if standby {
+			fixes = nil
 		}
 		for _, f := range fixes {
 			g, c := f.g, f.c
@@ -304,6 +329,12 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	p.mu.Lock()
 	p.guarded[id] = g
 	p.mu.Unlock()
+	if !p.mayWrite() { // after g is in guarded: a takeover from now on fixes it
+		p.guardsChanged(g)
+		p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, "left to the node's lock holder", enforce.SettingGroup, "left to the node's lock holder",
+			"reasons", dec.Reasons, "standby", true)...)
+		return nil
+	}
 	c, err := p.container(g, "start")
 	if err != nil {
 		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
@@ -385,7 +416,7 @@ func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *
 	p.mu.Lock()
 	g := p.guarded[ctr.GetId()]
 	p.mu.Unlock()
-	if g == nil || !p.current(g) {
+	if g == nil || !p.current(g) || p.standby.Load() {
 		return nil
 	}
 	if g.plan.Group != nil {

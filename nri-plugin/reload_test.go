@@ -357,10 +357,10 @@ func TestSeriesExistFromTheStart(t *testing.T) {
 	m := NewMetrics()
 	New(Options{Config: config.Default(), Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: m})
 	for name, want := range map[string]int{
-		"oomguard_adjustments_total":              12,
+		"oomguard_adjustments_total":              14,
 		"oomguard_drift_corrections_total":        2,
-		"oomguard_errors_total":                   9,
-		"oomguard_refused_writes_total":           9,
+		"oomguard_errors_total":                   10,
+		"oomguard_refused_writes_total":           10,
 		"oomguard_config_reloads_total":           2,
 		"oomguard_node_daemon_oom_kills_total":    1,
 		"oomguard_node_oom_kills_predicted_total": 2,
@@ -369,7 +369,8 @@ func TestSeriesExistFromTheStart(t *testing.T) {
 			t.Errorf("%s: %d series, want %d", name, n, want)
 		}
 	}
-	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "oomguard_config_valid", "oomguard_config_info", "oomguard_config_restart_needed"} {
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "oomguard_config_valid", "oomguard_config_info", "oomguard_config_restart_needed",
+		"oomguard_node_lock_held", "oomguard_plugin_restarts_total"} {
 		if testutil.CollectAndCount(m.reg, name) == 0 {
 			t.Errorf("no %s", name)
 		}

@@ -299,6 +299,11 @@ func (p *Plugin) applyRematch(f policy.Facts, old, g *guard, left enforce.Plan, 
 		back = p.node.Load().Plan(d)
 	}
 	var plans []enforce.Plan
+	if p.standby.Load() { // the node's lock holder writes; this one, once it takes the lock
+		p.log.Info("configuration reload changes the container's rule; left to the node's lock holder until this instance takes the lock",
+			"pod", f.Namespace+"/"+f.Pod, "container", f.Container, "rule", ruleOf(g), "was", ruleOf(old))
+		return
+	}
 	if g != nil {
 		plans = append(plans, g.plan)
 	}

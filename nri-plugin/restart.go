@@ -75,6 +75,9 @@ func (p *Plugin) watchRuntime(ctx context.Context, w RuntimeWatch) {
 		r.step(ctx)
 		select {
 		case <-ctx.Done():
+			if r.p.standby.Load() { // the holder of the node's lock says what the node runs
+				return
+			}
 			stop, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			r.publish(stop, runtimeState{status: "Unknown", reason: "PluginStopped", message: "oomguard-nri stopped on this node."})
@@ -135,6 +138,9 @@ func (r *restarter) step(ctx context.Context) {
 		s.reason, s.message = "NRINotConnected", "oomguard-nri is not connected to the runtime's NRI at "+st.Socket+": its log says why."
 	}
 	r.publish(ctx, s)
+	if r.p.standby.Load() { // the node's condition and its runtime are the lock holder's
+		return
+	}
 	if len(waiting) > 0 && !connected && r.w.Restart != nil && r.phase == notRestarted {
 		r.restart(ctx, waiting)
 	}
@@ -206,7 +212,7 @@ func (r *restarter) settle(ctx context.Context, connected bool) {
 // when it changed.
 func (r *restarter) publish(ctx context.Context, s runtimeState) {
 	r.p.m.setWaiting(s.waiting)
-	if r.w.Condition == nil || (r.published != nil && *r.published == s) {
+	if r.w.Condition == nil || r.p.standby.Load() || (r.published != nil && *r.published == s) {
 		return
 	}
 	if err := r.w.Condition.Set(ctx, s.status, s.reason, s.message); err != nil {

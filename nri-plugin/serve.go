@@ -21,15 +21,31 @@ import (
 // reloads, the Events and the runtime's restart state. It returns when
 // every part it started has: the connection first, then what reads the
 // node, then the node's condition, which says the plugin stopped.
+//
+// The node's lock (lead.go) decides what this instance does: holding it,
+// everything; standing by (another instance holds it), it connects,
+// decides, and writes new containers only as lead.go says, until it takes
+// the lock. The lock is let go last, once the Events and the node's
+// condition are written: its successor starts where this one stopped.
 func (p *Plugin) Run(ctx context.Context) error {
-	if p.nri.MetricsAddress != "" {
-		p.m.Serve(ctx, p.nri.MetricsAddress, p.log)
+	if p.o.HealthSocket != "" {
+		p.m.ServeHealth(ctx, p.o.HealthSocket, p.log)
+	}
+	standby := p.takeLock()
+	if p.lock != nil {
+		defer p.lock.close()
 	}
 	readers, reporters := newGroup(ctx), newGroup(ctx)
 	readers.start(func(ctx context.Context) { p.watchConfig(ctx, p.o.ConfigPath, p.nri.ReloadInterval.Duration) })
-	readers.start(func(ctx context.Context) { p.verifyLoop(ctx, p.nri.VerifyInterval.Duration) })
-	readers.start(func(ctx context.Context) { p.watchExecs(ctx, p.execs) })
-	readers.start(func(ctx context.Context) { p.watchKills(ctx, p.kmsg) })
+	readers.start(func(ctx context.Context) {
+		if standby {
+			if !p.waitLock(ctx) {
+				return
+			}
+			p.takeOver()
+		}
+		p.lead(ctx)
+	})
 	if r, ok := p.events.(interface{ Run(context.Context) }); ok {
 		reporters.start(r.Run)
 	}
@@ -41,6 +57,24 @@ func (p *Plugin) Run(ctx context.Context) error {
 	p.background.Wait()
 	reporters.stop()
 	return err
+}
+
+// lead runs, while this instance holds the node's lock, what runs once on
+// a node: the metrics port, the verifier, the exec and kill watchers.
+func (p *Plugin) lead(ctx context.Context) {
+	if p.nri.MetricsAddress != "" {
+		p.m.Serve(ctx, p.nri.MetricsAddress, p.log)
+	}
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context){
+		func(ctx context.Context) { p.verifyLoop(ctx, p.nri.VerifyInterval.Duration) },
+		func(ctx context.Context) { p.watchExecs(ctx, p.execs) },
+		func(ctx context.Context) { p.watchKills(ctx, p.kmsg) },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	wg.Wait()
 }
 
 // group is goroutines stopped together: stop cancels their context and

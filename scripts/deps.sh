@@ -3,7 +3,7 @@
 # only those missing, and makes sure apt knows the cloud kernel the VM tests
 # fetch. Needs root (apt-get).
 set -euo pipefail
-pkgs=(runc crun conmon podman catatonit busybox-static qemu-system-x86 docker-registry gcc make libc6-dev time "$@")
+pkgs=(runc crun conmon podman catatonit busybox-static qemu-system-x86 docker-registry gcc make libc6-dev time debootstrap buildah skopeo "$@")
 need=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")

@@ -36,10 +36,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type flags struct {
-	spec, repo, tags, tagRegex, fromFile, template string
-	jobs, retries                                  int
-	insecure, json, allowPrivate                   bool
-	timeout, requestTimeout                        time.Duration
+	spec, repo, tags, tagRegex, fromFile, template, caFile, signKey string
+	jobs, retries                                                   int
+	insecure, json, allowPrivate                                    bool
+	timeout, requestTimeout                                         time.Duration
 }
 
 const targetsHelp = "Targets: REF... (repo:tag), --from-file FILE (one a line), or --repo REPO with\n" +
@@ -58,13 +58,16 @@ func program() *cli.Command {
 			}
 			ctx, cancel := context.WithTimeout(ctx, f.timeout)
 			defer cancel()
-			srcs, err := targets(ctx, f, tr, refs, nameOpts, ropts)
+			srcs, artifacts, err := targets(ctx, f, tr, refs, nameOpts, ropts)
 			if err != nil {
 				if _, usageErr := err.(usageError); usageErr {
 					return cli.Usagef(s.Stderr, c, "%v", err)
 				}
 				fmt.Fprintf(s.Stderr, "imagepatch %s: %v\n", name, err)
 				return 1
+			}
+			if artifacts > 0 {
+				fmt.Fprintf(s.Stderr, "imagepatch %s: left out %d tags of signatures, attestations and referrers (sha256-HEX, sha256-HEX.sig/.att/.sbom)\n", name, artifacts)
 			}
 			return patch(ctx, p, srcs, name == "apply", f.json, s.Stdout, s.Stderr)
 		}
@@ -117,7 +120,9 @@ func patchFlags(f *flags, selecting bool, timeout time.Duration, timeoutHelp str
 			f.jobs = 1
 		}
 		fs.StringVar(&f.template, "tag-template", imagepatch.DefaultTagTemplate, "destination tag `TEMPLATE`; fields .Tag .Patch .Version .Repo")
-		fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 429 and 5xx, with backoff")
+		fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 5xx, with backoff (a 429 waits as the registry asks, every job together)")
+		fs.StringVar(&f.signKey, "sign-key", "", "sign every result with the private key in `FILE` (cosign generate-key-pair's, its password in $COSIGN_PASSWORD, or PKCS#8 PEM), as cosign sign --key does: cosign verify --key verifies")
+		fs.StringVar(&f.caFile, "ca-file", "", "PEM `FILE` of CAs a registry's certificate may be signed by (a private CA), besides the system's")
 		fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
 		fs.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
 		fs.DurationVar(&f.requestTimeout, "request-timeout", imagepatch.DefaultTransportOptions.RequestTimeout, "give up on one registry request (its answer included) after this long")

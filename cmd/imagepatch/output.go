@@ -46,24 +46,38 @@ func patch(ctx context.Context, p *imagepatch.Patcher, srcs []name.Tag, apply, a
 }
 
 func resolve(ctx context.Context, p *imagepatch.Patcher, ref string, nameOpts []name.Option, stdout, stderr io.Writer) int {
-	src, err := imagepatch.ParseTag(ref, nameOpts...)
-	if err != nil {
-		fmt.Fprintf(stderr, "imagepatch resolve: %v\n", err)
-		return 2
+	var r imagepatch.Result
+	if d, err := name.NewDigest(ref, nameOpts...); err == nil {
+		// By digest: named sha256-HEX in its destination, as the webhook names it.
+		r = p.ApplyRef(ctx, d, imagepatch.DigestTag(d))
+	} else {
+		src, err := imagepatch.ParseTag(ref, nameOpts...)
+		if err != nil {
+			fmt.Fprintf(stderr, "imagepatch resolve: %v\n", err)
+			return 2
+		}
+		r = p.Apply(ctx, src)
 	}
-	r := p.Apply(ctx, src)
 	switch r.Action {
 	case imagepatch.ActionPush, imagepatch.ActionUnchanged:
+		if r.Note != "" {
+			fmt.Fprintf(stderr, "imagepatch resolve %s: %s\n", ref, escape.Terminal(oneLine(r.Note)))
+		}
 		dst, _ := name.NewTag(r.Destination, nameOpts...)
 		fmt.Fprintln(stdout, dst.Context().Digest(r.Digest).String())
 		return 0
 	case imagepatch.ActionSkipped:
-		fmt.Fprintln(stdout, ref) // already the patched image
+		fmt.Fprintf(stderr, "imagepatch resolve %s: left as it is: %s\n", ref, escape.Terminal(oneLine(r.Error)))
+		fmt.Fprintln(stdout, ref) // already the patched image, or one the patch is not for
 		return 0
 	}
-	fmt.Fprintf(stderr, "imagepatch resolve %s: %s: %s\n", ref, r.Action, r.Error)
+	fmt.Fprintf(stderr, "imagepatch resolve %s: %s: %s\n", ref, r.Action, escape.Terminal(oneLine(r.Error)))
 	return 1
 }
+
+// oneLine is text for one line of a table: a registry's multi-line error
+// as one line, not the literal \n the escape would make of it.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func summary(w io.Writer, results []imagepatch.Result, plan bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -79,6 +93,9 @@ func summary(w io.Writer, results []imagepatch.Result, plan bool) {
 		if r.Upgraded {
 			note = strings.TrimSpace("from recorded base " + r.Base + " " + note)
 		}
+		if len(r.Kept) > 0 {
+			note = strings.TrimSpace(note + " kept unpatched: " + strings.Join(r.Kept, ", "))
+		}
 		if len(r.Dropped) > 0 {
 			note = strings.TrimSpace(note + " dropped: " + strings.Join(r.Dropped, ", "))
 		}
@@ -87,7 +104,7 @@ func summary(w io.Writer, results []imagepatch.Result, plan bool) {
 			digest = digest[:19]
 		}
 		// A registry's errors are its own text: escaped, as names from a file are.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", escape.Terminal(r.Source), escape.Terminal(r.Destination), action, escape.Terminal(digest), escape.Terminal(note))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", escape.Terminal(r.Source), escape.Terminal(r.Destination), action, escape.Terminal(digest), escape.Terminal(oneLine(note)))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d tags: %d push, %d unchanged, %d skipped, %d refused, %d failed\n", len(results),

@@ -95,7 +95,7 @@ func webhookCmd() *cli.Command {
 		}
 		m.WatchCaches(r.Sizes)
 		h := admission.New(admission.Config{Images: globs, Skip: splitList(w.skip), Deadline: w.deadline,
-			Prefix: p.Spec().Config.EntrypointPrefix, NameOptions: nameOpts}, r, log, m)
+			Prefix: p.Spec().Config.EntrypointPrefix, InitPrefix: p.Spec().Config.InitEntrypointPrefix, NameOptions: nameOpts}, r, log, m)
 		var clients *admission.ClientAuth
 		if w.clientCA != "" {
 			if clients, err = admission.NewClientAuth(w.clientCA, splitList(w.clientNames), m); err != nil {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,9 @@ type flags struct {
 	state, slots                  string
 	restartRuntime, nodeCondition bool
 	maxAtOnce                     int
+
+	supervise    bool
+	healthSocket string
 }
 
 func program() *cli.Command {
@@ -71,6 +75,8 @@ func program() *cli.Command {
 			fs.BoolVar(&f.restartRuntime, "restart-runtime", false, "with --runtime-state: restart the waiting runtime through the node's systemd (its /run/systemd under --root)")
 			fs.StringVar(&f.slots, "restart-slots", "", "with --restart-runtime: restart only while holding one of the Leases `NAMESPACE/NAME`-0… (the service account must be allowed to create, get, patch and delete them)")
 			fs.IntVar(&f.maxAtOnce, "restart-max-at-once", 1, "with --restart-slots: how many nodes restart their runtime at once, cluster-wide")
+			fs.BoolVar(&f.supervise, "supervise", false, "run the plugin as a worker of this process, started again at once (then after at most 2 s) when it dies; the container's own memory.oom.group is set to 0 so that an OOM in it kills the worker, not both")
+			fs.StringVar(&f.healthSocket, "health-socket", "", "serve /healthz on a unix socket at `PATH` too, for the pod's own readiness probe (oomguard-nri health)")
 		},
 		Run: func(_ context.Context, _ []string, s cli.IO) int {
 			if f.slots != "" {
@@ -81,6 +87,9 @@ func program() *cli.Command {
 			if (f.slots != "" || f.nodeCondition) && f.node == "" {
 				return cli.Usagef(s.Stderr, c, "--restart-slots and --node-condition need the node's name: --node-name or $NODE_NAME")
 			}
+			if f.supervise && os.Getenv(workerEnv) == "" {
+				return supervisor(f, s.Stderr)
+			}
 			return plugin(f, s.Stderr)
 		},
 		Commands: []*cli.Command{
@@ -88,6 +97,7 @@ func program() *cli.Command {
 				"files; --nri-only for the DaemonSet, which runs the plugin itself."),
 			installCommand("uninstall", "Undo install."),
 			configcheck.Command(),
+			healthCommand(),
 		},
 	}
 	return c
@@ -126,7 +136,9 @@ func plugin(f flags, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o := nriplugin.Options{Config: cfg, ConfigErr: cfgErr, ConfigPath: config.Path(f.cfgPath), Root: f.root, Log: log, Launched: launched}
+	restarts, _ := strconv.Atoi(os.Getenv(restartsEnv))
+	o := nriplugin.Options{Config: cfg, ConfigErr: cfgErr, ConfigPath: config.Path(f.cfgPath), Root: f.root, Log: log, Launched: launched,
+		HealthSocket: f.healthSocket, Restarts: restarts}
 	var api *kubeapi.Client
 	if f.events || f.nodeCondition || f.slots != "" {
 		var err error

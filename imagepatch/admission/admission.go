@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/oomguard/oomguard/imagepatch"
+	"github.com/oomguard/oomguard/internal/escape"
 )
 
 // AnnotationOriginal records, on a mutated pod, each changed container's
@@ -61,6 +62,10 @@ type Config struct {
 	// Prefix is the patch's entrypoint prefix: put in front of a command a
 	// pod sets (which replaces the image's entrypoint, the shim with it).
 	Prefix []string
+	// InitPrefix is the patch's other entrypoint prefix (the shim under the
+	// name podman's systemd mode looks for): a command that starts with it
+	// has the shim already.
+	InitPrefix []string
 	// NameOptions parse images (name.Insecure for a plain-HTTP registry).
 	NameOptions []name.Option
 }
@@ -131,6 +136,7 @@ type container struct {
 	Name    string   `json:"name"`
 	Image   string   `json:"image"`
 	Command []string `json:"command"`
+	Args    []string `json:"args"`
 }
 
 // op is one JSON Patch operation.
@@ -312,10 +318,30 @@ func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, str
 			h.log.Warn("image not patched now: a limit on the webhook's work is reached; the pod runs it unpatched", append(attrs, "limit", s.res.Limit)...)
 			continue
 		case imagepatch.StateFailed:
+			warnings = append(warnings, fmt.Sprintf("oomguard: %s could not be patched (%s); container %s runs it unpatched", escape.Terminal(s.c.Image), cmp.Or(short(s.res.Error), "no reason given"), escape.Terminal(s.c.Name)))
 			h.log.Warn("image not patched; the pod runs it as it is", append(attrs, "err", s.res.Error)...)
+			continue
+		case imagepatch.StateSkipped:
+			// The image is a patched one already, or one for a platform
+			// the patch has no files for (windows): then said so.
+			if len(s.res.Unpatched) > 0 {
+				warnings = append(warnings, fmt.Sprintf("oomguard: %s is not patched: it is for %s, which the patch has no files for; container %s runs it as it is", escape.Terminal(s.c.Image), short(strings.Join(s.res.Unpatched, ", ")), escape.Terminal(s.c.Name)))
+				h.log.Info("image for a platform the patch has no files for; the pod runs it as it is", append(attrs, "why", s.res.Error)...)
+			}
 			continue
 		default:
 			continue
+		}
+		if s.res.NoCommand && len(s.c.Command) == 0 && len(s.c.Args) == 0 {
+			// The image has neither entrypoint nor cmd and the pod gives no
+			// command: it cannot start, and the patched one must not start
+			// something in its place (the shim's default, /sbin/init).
+			warnings = append(warnings, fmt.Sprintf("oomguard: %s has no entrypoint or cmd and container %s gives no command: left as it is", escape.Terminal(s.c.Image), escape.Terminal(s.c.Name)))
+			h.log.Info("image without a command, and the pod gives none; left as it is", attrs...)
+			continue
+		}
+		if len(s.res.Unpatched) > 0 {
+			warnings = append(warnings, fmt.Sprintf("oomguard: %s's entries for %s are not patched (the patch has no files for them); container %s runs unpatched on such nodes", escape.Terminal(s.c.Image), short(strings.Join(s.res.Unpatched, ", ")), escape.Terminal(s.c.Name)))
 		}
 		patched, err := name.NewDigest(s.res.Patched, h.cfg.NameOptions...)
 		if err != nil || patched.Context().Name() != s.ref.Context().Name() {
@@ -324,11 +350,11 @@ func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, str
 			continue
 		}
 		ops = append(ops, op{"replace", s.path + "/image", patched.String()})
-		if len(s.c.Command) > 0 && len(h.cfg.Prefix) > 0 && !hasPrefix(s.c.Command, h.cfg.Prefix) {
+		if len(s.c.Command) > 0 && len(h.cfg.Prefix) > 0 && !hasPrefix(s.c.Command, h.cfg.Prefix) && (len(h.cfg.InitPrefix) == 0 || !hasPrefix(s.c.Command, h.cfg.InitPrefix)) {
 			ops = append(ops, op{"replace", s.path + "/command", append(slices.Clone(h.cfg.Prefix), s.c.Command...)})
 		}
 		originals[s.c.Name] = s.c.Image
-		h.log.Info("runs the patched image", append(attrs, "patched", patched.String())...)
+		h.log.Info("runs the patched image", append(attrs, "patched", patched.String(), "tag", s.res.Destination, "note", s.res.Note)...)
 	}
 	if len(ops) == 0 {
 		return nil, warnings, "unchanged"
@@ -359,3 +385,13 @@ func escapePointer(s string) string {
 }
 
 func hasPrefix(s, pre []string) bool { return len(s) >= len(pre) && slices.Equal(s[:len(pre)], pre) }
+
+// short is a registry's error for a warning: one line, printable, at most
+// 160 characters (the API server drops a warning it cannot print).
+func short(s string) string {
+	s = escape.Terminal(strings.Join(strings.Fields(s), " "))
+	if r := []rune(s); len(r) > 160 {
+		s = string(r[:159]) + "…"
+	}
+	return s
+}

@@ -133,7 +133,7 @@ func TestE2EWebhook(t *testing.T) {
 	if annotation != `{"main":"`+ref("ubuntu:20.04")+`"}` {
 		t.Fatalf("original-images annotation %q", annotation)
 	}
-	dst, _ := name.NewTag(ref("ubuntu:20.04-oomguard-init.3"), name.Insecure)
+	dst, _ := name.NewTag(ref("ubuntu:20.04-oomguard-init."+imagepatch.ShimSpec().Version), name.Insecure)
 	if d, err := remote.Head(dst); err != nil || d.Digest.String() != patched.DigestStr() {
 		t.Fatalf("the patched tag %s: %v %v, want %s", dst, d, err, patched.DigestStr())
 	}
@@ -142,7 +142,8 @@ func TestE2EWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcf, _ := img.ConfigFile()
-	if !slices.Equal(pcf.Config.Entrypoint, []string{"/.oomguard/oomguard-init", "--"}) || pcf.Config.Labels[imagepatch.LabelBaseName] != ref("ubuntu:20.04") {
+	// Its command is an init: the shim under the name podman takes for systemd.
+	if !slices.Equal(pcf.Config.Entrypoint, imagepatch.ShimSpec().Config.InitEntrypointPrefix) || pcf.Config.Labels[imagepatch.LabelBaseName] != ref("ubuntu:20.04") {
 		t.Fatalf("the patched image: entrypoint %q, labels %v", pcf.Config.Entrypoint, pcf.Config.Labels)
 	}
 
@@ -205,7 +206,7 @@ func TestE2EWebhook(t *testing.T) {
 	if answers[0] == "" || answers[0] != answers[1] {
 		t.Fatalf("two replicas answered:\n%s\n%s", answers[0], answers[1])
 	}
-	fresh, _ := name.NewTag(ref("fresh:v1-oomguard-init.3"), name.Insecure)
+	fresh, _ := name.NewTag(ref("fresh:v1-oomguard-init."+imagepatch.ShimSpec().Version), name.Insecure)
 	if d, err := remote.Head(fresh); err != nil || !strings.Contains(answers[0], d.Digest.String()) {
 		t.Fatalf("the tag %s: %v %v; the replicas answered %s", fresh, d, err, answers[0])
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -19,6 +20,10 @@ import (
 // nothing. It needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), a kernel
 // with BTF and ring buffers (5.8 and later).
 type Filtered struct {
+	// mu holds Close off while Read reads the ring: a plugin stopping
+	// closes the source from another goroutine while its reader may be in
+	// Read, and the ring must not be unmapped under it.
+	mu                  sync.Mutex
 	watched, ring, lost int   // maps
 	links               []int // the programs' attachments (their fds hold them)
 	epfd                int
@@ -106,11 +111,22 @@ func (f *Filtered) Unwatch(id uint64) {
 // Read waits for events and appends them to evs; it returns after
 // pollInterval without any, and ErrLost (with evs) when the ring was full.
 func (f *Filtered) Read(evs []Event) ([]Event, error) {
-	if len(evs) == 0 && !f.pending() {
+	f.mu.Lock()
+	epfd, wait := f.epfd, f.cons != nil && len(evs) == 0 && !f.pending()
+	f.mu.Unlock()
+	if epfd < 0 {
+		return evs, errClosed
+	}
+	if wait { // a Close meanwhile ends the wait within pollInterval
 		ev := make([]unix.EpollEvent, 1)
-		if _, err := unix.EpollWait(f.epfd, ev, int(pollInterval.Milliseconds())); err != nil && !errors.Is(err, unix.EINTR) {
+		if _, err := unix.EpollWait(epfd, ev, int(pollInterval.Milliseconds())); err != nil && !errors.Is(err, unix.EINTR) {
 			return evs, fmt.Errorf("wait on the ring buffer: %w", err)
 		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cons == nil {
+		return evs, errClosed
 	}
 	cons := (*uint64)(unsafe.Pointer(&f.cons[0]))
 	prod := (*uint64)(unsafe.Pointer(&f.data[0]))
@@ -168,8 +184,13 @@ func (f *Filtered) lostCount() uint64 {
 	return n
 }
 
-// Close detaches the programs and frees the maps.
+// errClosed is Read's error once the source is closed.
+var errClosed = errors.New("exec events: closed")
+
+// Close detaches the programs and frees the maps; a Read meanwhile returns.
 func (f *Filtered) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, l := range f.links {
 		unix.Close(l)
 	}

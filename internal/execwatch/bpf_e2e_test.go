@@ -3,6 +3,8 @@
 package execwatch
 
 import (
+	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,5 +110,36 @@ func TestE2EFilteredPassesOnlyWatchedCgroups(t *testing.T) {
 	inCgroup(t, watched, "exec /bin/true")
 	if evs, _ = f.Read(evs[:0]); len(evs) > 0 {
 		t.Fatalf("events after Unwatch: %+v", evs)
+	}
+}
+
+// A plugin that stops closes its exec source from another goroutine while
+// its reader may be in Read: Read returns, it does not read the unmapped
+// ring (the plugin panicked there as it stopped, before it let the node's
+// lock go).
+func TestE2EFilteredCloseDuringRead(t *testing.T) {
+	for range 20 {
+		f, err := OpenFiltered()
+		if err != nil {
+			t.Skipf("eBPF unavailable here: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			for err == nil {
+				_, err = f.Read(nil)
+			}
+			done <- err
+		}()
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+		f.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errClosed) {
+				t.Fatalf("Read after Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Read did not return after Close")
+		}
 	}
 }

@@ -221,8 +221,10 @@ func (c containerd) enable(w *changes.Set, cfg *config.Config) error {
 		return err
 	}
 	version := main.version()
-	if version > 3 {
-		return fmt.Errorf("%s has version = %d: oomguard supports containerd 1.7 (versions 1 and 2) and 2.x (versions 1 to 3)", ContainerdConfig, version)
+	// Version 4 (containerd 2.2 and later, `containerd config default`)
+	// keeps version 3's plugin IDs.
+	if version > 4 {
+		return fmt.Errorf("%s has version = %d: oomguard supports containerd 1.7 (versions 1 and 2) and 2.x (versions 1 to 4)", ContainerdConfig, version)
 	}
 	dropIn, imp := ContainerdDropIn, ""
 	if imports := main.imports(); len(imports) > 0 {

@@ -32,7 +32,7 @@ type loader struct {
 }
 
 func loaders(t *testing.T) []loader {
-	ls := []loader{{name: "containerd-1.7.35", versions: []int{1, 2}}, {name: "containerd-2.1.4", versions: []int{1, 2, 3}}}
+	ls := []loader{{name: "containerd-1.7.35", versions: []int{1, 2}}, {name: "containerd-2.4.2", versions: []int{1, 2, 3}}}
 	for i, comp := range []string{"containerd-1.7.35", "containerd-2"} {
 		ls[i].bin = testbin.ComponentFor(t, comp, "containerd")
 	}

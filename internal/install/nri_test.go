@@ -41,7 +41,7 @@ func TestNRIRefuses(t *testing.T) {
 		{"bad runtime", nil, "docker", `--runtime "docker"`},
 		{"imports of single files", map[string]nodeFile{ContainerdConfig: {content: "version = 2\nimports = [\"/etc/containerd/extra.toml\"]\n"}}, "", "add \"/etc/containerd/conf.d/*.toml\" to its imports"},
 		{"broken containerd config", map[string]nodeFile{ContainerdConfig: {content: "version = 2\n[plugins\n"}}, "", "is not TOML containerd can read"},
-		{"unsupported version", map[string]nodeFile{ContainerdConfig: {content: "version = 4\n"}}, "", "version = 4"},
+		{"unsupported version", map[string]nodeFile{ContainerdConfig: {content: "version = 5\n"}}, "", "version = 5"},
 		{"invalid oomguard config", map[string]nodeFile{CRIOConfig: {}, "/etc/oomguard/config.toml": {content: "strict = maybe"}}, "", "fix the configuration first"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,6 +46,16 @@ func Badness(memKB int64, adj int, totalPages int64) int64 {
 	return memKB/PageKB + int64(adj)*(totalPages/1000)
 }
 
+// CounterSlack is how many pages the kernel's own reading of a process's
+// memory may be off by on a node of cpus CPUs: since Linux 6.2 the
+// counters oom_badness reads are per-CPU (percpu_counter, each CPU
+// holding up to max(32, 2×CPUs) pages not yet summed), while /proc sums
+// them. Two processes closer than this are a tie to a model.
+func CounterSlack(cpus int) int64 {
+	cpus = max(cpus, 1)
+	return int64(max(32, 2*cpus) * cpus)
+}
+
 // Killable reports whether a global OOM may choose p: not a kernel thread,
 // not init, not at -1000.
 func Killable(p *Process) bool {

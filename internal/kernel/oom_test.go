@@ -65,3 +65,14 @@ func TestFirstVictim(t *testing.T) {
 		})
 	}
 }
+
+func TestCounterSlack(t *testing.T) {
+	for _, tc := range []struct {
+		cpus int
+		want int64
+	}{{0, 32}, {1, 32}, {2, 64}, {16, 512}, {32, 2048}, {64, 8192}} {
+		if got := CounterSlack(tc.cpus); got != tc.want {
+			t.Errorf("CounterSlack(%d) = %d, want %d", tc.cpus, got, tc.want)
+		}
+	}
+}

@@ -204,6 +204,15 @@ type Parser struct {
 	group string
 }
 
+// Clean reports whether the parser holds nothing from the records fed so
+// far that a later record could complete, at record time at: a reader that
+// stopped where its parser was clean can be taken over by a new parser
+// from the next record on, exactly.
+func (p *Parser) Clean(at time.Duration) bool {
+	// A group's members come within groupWindow of its line (last.Time).
+	return p.pending == nil && (p.last.Pid == 0 || at-p.last.Time > groupWindow)
+}
+
 // groupWindow bounds how long after its "Tasks in … are going to be killed"
 // line a Killed process line may belong to that group kill (the kernel kills
 // them at once, holding the OOM lock).
@@ -275,14 +284,23 @@ type Reader struct {
 }
 
 // Open opens path (/dev/kmsg) for the records written from now on.
-func Open(path string) (*Reader, error) {
+func Open(path string) (*Reader, error) { return open(path, true) }
+
+// OpenOldest opens path (/dev/kmsg) at the oldest record the kernel still
+// holds: a reader that takes over from another skips the records up to
+// where that one stopped (their sequence numbers), and reads the rest.
+func OpenOldest(path string) (*Reader, error) { return open(path, false) }
+
+func open(path string, end bool) (*Reader, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if _, err := f.Seek(0, 2); err != nil { // SEEK_END: from the next record on
-		f.Close()
-		return nil, fmt.Errorf("seek %s: %w", path, err)
+	if end {
+		if _, err := f.Seek(0, 2); err != nil { // SEEK_END: from the next record on
+			f.Close()
+			return nil, fmt.Errorf("seek %s: %w", path, err)
+		}
 	}
 	return &Reader{f: f, buf: make([]byte, MaxRecord)}, nil
 }

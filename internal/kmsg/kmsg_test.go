@@ -164,3 +164,63 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A reader that takes over another's place in the log starts a new parser
+// after the last record at which the old one's was clean: from there on it
+// finds exactly the kills the old parser would have found. Clean is false
+// while a kill's lines are incomplete (its oom-kill line read, not its
+// Killed process line) and while a group kill may still name its members.
+func TestParserCleanResumes(t *testing.T) {
+	records := []string{
+		"6,800,500000,-;some line",
+		memcgLine, memcgKill, groupLine,
+		groupKill(904, 1000200, "Memory cgroup out of memory", 4200, "init"),
+		groupKill(905, 1000300, "Memory cgroup out of memory", 4242, "python3"),
+		"6,906,1500000,-;another line",
+		"6,907,2500000,-;a line after the group's window",
+		strings.Replace(globalLine, "6,902,2000000", "6,908,3000000", 1),
+		strings.Replace(globalKill, "3,903,2000100", "3,909,3000100", 1),
+		"6,910,4500000,-;a quiet line",
+	}
+	var whole Parser
+	type fed struct {
+		clean bool
+		kills []Kill // what the whole parser found from the next record on
+	}
+	steps := make([]fed, len(records))
+	var all []Kill
+	var at []int // the record index of each kill in all
+	for i, s := range records {
+		r := rec(t, s)
+		if k, ok := whole.Feed(r); ok {
+			all, at = append(all, k), append(at, i)
+		}
+		steps[i].clean = whole.Clean(r.Time)
+	}
+	for i := range steps {
+		for j, k := range all {
+			if at[j] > i {
+				steps[i].kills = append(steps[i].kills, k)
+			}
+		}
+	}
+	wantClean := []bool{true, false, false, false, false, false, false, true, false, false, true}
+	for i := range steps {
+		if steps[i].clean != wantClean[i] {
+			t.Errorf("after record %d (%.40q): clean %v, want %v", i, records[i], steps[i].clean, wantClean[i])
+		}
+		if !steps[i].clean {
+			continue
+		}
+		var resumed Parser
+		var got []Kill
+		for _, s := range records[i+1:] {
+			if k, ok := resumed.Feed(rec(t, s)); ok {
+				got = append(got, k)
+			}
+		}
+		if !reflect.DeepEqual(got, steps[i].kills) {
+			t.Errorf("resumed after record %d: kills\n%+v\nwant\n%+v", i, got, steps[i].kills)
+		}
+	}
+}

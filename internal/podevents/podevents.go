@@ -21,6 +21,8 @@ import (
 // Bounds: the API server is a shared resource, and kills can come in floods.
 const (
 	flushEvery = time.Second
+	// stopFlush bounds the last write, when the recorder stops.
+	stopFlush  = 2 * time.Second
 	maxPending = 1024 // pods×containers×reasons remembered; the oldest go
 	maxMessage = 1024 // the API server's own limit is 1 KiB of note for events.k8s.io
 	remember   = 10 * time.Minute
@@ -97,10 +99,16 @@ func (r *Recorder) evictOldest() {
 	delete(r.pending, oldest)
 }
 
-// Run writes what was recorded, at most once a second, until ctx ends.
+// Run writes what was recorded, at most once a second, until ctx ends;
+// then what is left, within stopFlush.
 func (r *Recorder) Run(ctx context.Context) {
 	t := time.NewTicker(flushEvery)
 	defer t.Stop()
+	defer func() {
+		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopFlush)
+		defer cancel()
+		r.Flush(stop)
+	}()
 	for {
 		select {
 		case <-ctx.Done():

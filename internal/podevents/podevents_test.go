@@ -134,3 +134,34 @@ func TestRunWrites(t *testing.T) {
 	}
 	t.Fatal("nothing written")
 }
+
+// What was recorded in the last second before the plugin stops is written
+// as it stops: its successor on the node (a rollout, a restart) reports
+// only the kills after it, so an Event left unwritten would be lost.
+func TestRunWritesWhatIsLeftWhenItStops(t *testing.T) {
+	r, api := newRecorder(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	pod := Pod{Namespace: "ml", Name: "p", UID: "u"}
+	r.Warning(pod, "main", "OOMKilling", "m")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		api.mu.Lock()
+		n := len(api.requests)
+		api.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing written")
+		}
+	}
+	r.Warning(pod, "main", "OOMKilling", "m") // within the second: waits for the next write
+	cancel()
+	<-done
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(api.requests) != 2 || api.requests[1] != "PATCH /api/v1/namespaces/ml/events/"+r.pending[key{pod.UID, "main", "OOMKilling"}].name {
+		t.Fatalf("requests %q: the second kill's count was not written as the recorder stopped", api.requests)
+	}
+}

@@ -66,8 +66,15 @@ type podMonitor struct {
 	Spec struct {
 		Selector            struct{ MatchLabels map[string]string } `json:"selector"`
 		PodMetricsEndpoints []struct {
-			Port     string `json:"port"`
-			Interval string `json:"interval"`
+			Port        string `json:"port"`
+			Interval    string `json:"interval"`
+			Relabelings []struct {
+				SourceLabels []string `json:"sourceLabels"`
+				TargetLabel  string   `json:"targetLabel"`
+				Regex        string   `json:"regex"`
+				Replacement  string   `json:"replacement"`
+				Action       string   `json:"action"`
+			} `json:"relabelings"`
 		} `json:"podMetricsEndpoints"`
 	} `json:"spec"`
 }
@@ -230,8 +237,19 @@ resources:
 		t.Fatalf("config %q", got)
 	}
 	pm, ok := o["PodMonitor"].(*podMonitor)
-	if !ok || pm.Spec.PodMetricsEndpoints[0].Port != "metrics" {
+	// The plugin declares no port (a host port stops a surge): the
+	// target is the node's address at the chart's port.
+	if !ok || len(pm.Spec.PodMetricsEndpoints) != 1 || len(pm.Spec.PodMetricsEndpoints[0].Relabelings) == 0 ||
+		pm.Spec.PodMetricsEndpoints[0].Relabelings[0].TargetLabel != "__address__" || pm.Spec.PodMetricsEndpoints[0].Relabelings[0].Replacement != "${1}:9741" {
 		t.Fatalf("PodMonitor: %+v", o["PodMonitor"])
+	}
+	for _, c := range spec.Containers {
+		if c.Name == "oomguard-nri" && (len(c.Ports) > 0 || c.ReadinessProbe == nil || c.ReadinessProbe.Exec == nil) {
+			t.Fatalf("the plugin's container must declare no port and probe its own socket: %+v", c)
+		}
+	}
+	if u := ds.Spec.UpdateStrategy.RollingUpdate; u == nil || u.MaxUnavailable == nil || u.MaxUnavailable.String() != "0" || u.MaxSurge == nil || u.MaxSurge.String() != "10%" {
+		t.Fatalf("the rollout must surge: %+v", ds.Spec.UpdateStrategy)
 	}
 }
 
@@ -601,15 +619,43 @@ func TestE2EChartWebhookGuarded(t *testing.T) {
 			t.Errorf("by default the webhook's args lack %s: %s", want, a)
 		}
 	}
-	if strings.Contains(a, "--client-ca") {
-		t.Errorf("a client CA by default: %s", a)
+	if strings.Contains(a, "--client-ca") || strings.Contains(a, "--sign-key") || strings.Contains(a, "--ca-file") {
+		t.Errorf("a client CA, a signing key or a registry CA by default: %s", a)
+	}
+	// A signing key as cosign generate-key-pair k8s://… makes it, and a
+	// private registry CA: each file mounted from its object, the password
+	// from the Secret.
+	a, d := args(render("imagepatch-webhook.yaml", "imagepatchWebhook.signingKeySecret=cosign-key", "imagepatchWebhook.registryCAConfigMap=registry-ca"))
+	c := d.Spec.Template.Spec.Containers[0]
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	vols := map[string]string{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		switch {
+		case v.Secret != nil:
+			vols[v.Name] = v.Secret.SecretName
+		case v.ConfigMap != nil:
+			vols[v.Name] = v.ConfigMap.Name
+		}
+	}
+	password := false
+	for _, e := range c.Env {
+		password = password || e.Name == "COSIGN_PASSWORD" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+			e.ValueFrom.SecretKeyRef.Name == "cosign-key" && e.ValueFrom.SecretKeyRef.Key == "cosign.password"
+	}
+	if !strings.Contains(a, "--sign-key=/etc/oomguard/signing/cosign.key") || !strings.Contains(a, "--ca-file=/etc/oomguard/registry-ca/ca.crt") ||
+		mounts["signing"] != "/etc/oomguard/signing" || vols["signing"] != "cosign-key" ||
+		mounts["registry-ca"] != "/etc/oomguard/registry-ca" || vols["registry-ca"] != "registry-ca" || !password {
+		t.Errorf("a signing key and a registry CA: args %s, mounts %v, volumes %v, password from the Secret %v", a, mounts, vols, password)
 	}
 	if _, errb, err := run(t, "helm", append(append([]string{}, base...), "--show-only", "templates/imagepatch-webhook-networkpolicy.yaml")...); err == nil || !strings.Contains(errb, "could not find template") {
 		t.Errorf("a NetworkPolicy by default: %v %s", err, errb)
 	}
 
 	// The client CA and names, mounted from the ConfigMap.
-	a, d := args(render("imagepatch-webhook.yaml", "imagepatchWebhook.clientCA.configMap=apiserver-client-ca",
+	a, d = args(render("imagepatch-webhook.yaml", "imagepatchWebhook.clientCA.configMap=apiserver-client-ca",
 		"imagepatchWebhook.clientCA.names={kube-apiserver,apiserver-webhook-client}", "imagepatchWebhook.limits.patchesPerMinute=7"))
 	if !strings.Contains(a, "--client-ca=/etc/oomguard/client-ca/ca.crt --client-names=kube-apiserver,apiserver-webhook-client") ||
 		!strings.Contains(a, "--max-patches-per-minute=7") {

@@ -111,6 +111,14 @@ func (rt *Runtime) Stop() {
 	}
 }
 
+// Add is a pod's container the runtime reports at the next Synchronize: one
+// created while no plugin was connected.
+func (rt *Runtime) Add(pod *api.PodSandbox, ctr *api.Container) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.pods, rt.ctrs = append(rt.pods, pod), append(rt.ctrs, ctr)
+}
+
 // LastSync returns the updates the plugins asked for at the last Synchronize.
 func (rt *Runtime) LastSync() []*api.ContainerUpdate {
 	rt.mu.Lock()

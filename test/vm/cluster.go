@@ -40,7 +40,11 @@ const (
 	agentPort   = 7070
 	WebhookPort = 9443
 	NodeName    = "node"
-	ClusterMem  = 1536
+	// ClusterMem holds, besides the node's processes, its root filesystem
+	// in RAM, where the runtime copies an image for each container (no
+	// overlay module: containerd's native snapshotter, CRI-O's vfs): a
+	// rollout's two plugin pods are two copies of the release image.
+	ClusterMem = 2560
 )
 
 // Cluster is a running cluster boot, for a variant's Drive.
@@ -204,13 +208,14 @@ func (e *Env) startCluster(ctx context.Context, dir string, g *Guest) (*clusterB
 	g.File("/etc/kubernetes/kubelet.conf", kc, 0o600)
 	g.File("/etc/kubernetes/pki/ca.crt", cp.CA(), 0o644)
 	g.File("/etc/oomguard-vm/agent-token", []byte(b.token+"\n"), 0o600)
-	var order []string
-	for _, m := range NetModules {
-		name := filepath.Base(m)
-		if err := g.CopyFile("/lib/modules/oomguard/"+name, filepath.Join(KernelModules(e.Kernel), name)); err != nil {
+	mods, order, err := KernelModules(g.kernel)
+	if err != nil {
+		return fail(err)
+	}
+	for _, name := range order {
+		if err := g.CopyFile("/lib/modules/oomguard/"+name, filepath.Join(mods, name)); err != nil {
 			return fail(err)
 		}
-		order = append(order, name)
 	}
 	g.File("/lib/modules/oomguard/order", []byte(strings.Join(order, "\n")+"\n"), 0o644)
 	if err := g.CopyFile("/usr/local/bin/agent", g.Bin("agent")); err != nil {

@@ -4,7 +4,9 @@ import (
 	"embed"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -14,28 +16,78 @@ import (
 )
 
 // Runtime is a CRI runtime the VM runs: its build (make components), its
-// node configuration, and its CRI socket.
+// node configuration, and its CRI socket; and the node it is tested on, the
+// combination of kernel and kubelet it belongs to (Combinations).
 type Runtime struct {
-	Name       string // the component: containerd-2, containerd-1.7.35, containerd-1.7.25, crio
-	Component  string
+	Name       string // containerd or crio
+	Version    string
+	Component  string // its build: containerd-2, containerd-2.1.4, containerd-1.7.35, containerd-1.7.25, crio, crio-1.34.11
 	Socket     string
 	bins       []string // the component's binaries, into /usr/local/bin
 	config     string   // its main configuration file in the VM
 	configBody string   // what it holds: testdata/runtimes/configBody
+	// Kubelet and Kernel are the node's: the kubelet's component (Kubelet…)
+	// and the kernel's name (Kernels).
+	Kubelet, Kernel string
+	// MatrixOnly: booted by make e2e-matrix, not by CI's make e2e-vm.
+	MatrixOnly bool
 }
 
-// The runtimes the VM tier runs: containerd 2.1.4; containerd 1.7, the newest
-// release and one before 1.7.26 (which ignores NRI's score adjustment); CRI-O 1.34.
-var (
-	Containerd2 = Runtime{Name: "containerd", Component: "containerd-2", Socket: "/run/containerd/containerd.sock",
-		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-2.toml"}
-	Containerd17 = Runtime{Name: "containerd", Component: "containerd-1.7.35", Socket: "/run/containerd/containerd.sock",
-		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-1.7.toml"}
-	Containerd17Old = Runtime{Name: "containerd", Component: "containerd-1.7.25", Socket: "/run/containerd/containerd.sock",
-		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-1.7.toml"}
-	CRIO = Runtime{Name: "crio", Component: "crio", Socket: "/run/crio/crio.sock",
-		bins: []string{"crio", "copyimg", "pinns"}, config: "/etc/crio/crio.conf", configBody: "crio.conf"}
+// String names the runtime and its release, as variants are named:
+// containerd-2.4.2, crio-1.36.3.
+func (rt Runtime) String() string { return rt.Name + "-" + rt.Version }
+
+// The kubelets, by their components (make components): the newest release
+// (with the control plane every cluster boot runs: Kubernetes' skew policy
+// lets a kubelet be three minors older than its API server) and the oldest
+// supported.
+const (
+	KubeletNewest = "kubernetes"   // v1.37.2, with the control plane
+	KubeletOldest = "kubelet-1.34" // v1.34.4
 )
+
+// KubeletVersion is the release of a kubelet component.
+func KubeletVersion(component string) string {
+	return map[string]string{KubeletNewest: "1.37.2", KubeletOldest: "1.34.4"}[component]
+}
+
+// The runtimes the VM tier runs, each on its combination:
+//   - the newest (CI and the matrix): kernel 6.12, kubelet 1.37, containerd 2.4
+//     and CRI-O 1.36;
+//   - the oldest supported (CI and the matrix): kernel 6.1, kubelet 1.34,
+//     containerd 1.7, its newest release and one before 1.7.26 (which
+//     ignores NRI's score adjustment);
+//   - between them (the matrix only): kernel 6.1, kubelet 1.34, containerd
+//     2.1 and CRI-O 1.34, what the tier ran before the newest.
+var (
+	Containerd2 = Runtime{Name: "containerd", Version: "2.4.2", Component: "containerd-2", Socket: "/run/containerd/containerd.sock",
+		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-2.toml",
+		Kubelet: KubeletNewest, Kernel: KernelNewest.Name}
+	CRIO = Runtime{Name: "crio", Version: "1.36.3", Component: "crio", Socket: "/run/crio/crio.sock",
+		bins: []string{"crio", "copyimg", "pinns"}, config: "/etc/crio/crio.conf", configBody: "crio.conf",
+		Kubelet: KubeletNewest, Kernel: KernelNewest.Name}
+	Containerd17 = Runtime{Name: "containerd", Version: "1.7.35", Component: "containerd-1.7.35", Socket: "/run/containerd/containerd.sock",
+		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-1.7.toml",
+		Kubelet: KubeletOldest, Kernel: KernelOldest.Name}
+	Containerd17Old = Runtime{Name: "containerd", Version: "1.7.25", Component: "containerd-1.7.25", Socket: "/run/containerd/containerd.sock",
+		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-1.7.toml",
+		Kubelet: KubeletOldest, Kernel: KernelOldest.Name}
+	Containerd21 = Runtime{Name: "containerd", Version: "2.1.4", Component: "containerd-2.1.4", Socket: "/run/containerd/containerd.sock",
+		bins: []string{"containerd", "containerd-shim-runc-v2"}, config: "/etc/containerd/config.toml", configBody: "containerd-2.toml",
+		Kubelet: KubeletOldest, Kernel: KernelOldest.Name, MatrixOnly: true}
+	CRIO134 = Runtime{Name: "crio", Version: "1.34.11", Component: "crio-1.34.11", Socket: "/run/crio/crio.sock",
+		bins: []string{"crio", "copyimg", "pinns"}, config: "/etc/crio/crio.conf", configBody: "crio.conf",
+		Kubelet: KubeletOldest, Kernel: KernelOldest.Name, MatrixOnly: true}
+)
+
+// Matrix says whether this run boots every combination (make e2e-matrix,
+// OOMGUARD_E2E_MATRIX=1) or only the newest and the oldest (make e2e-vm, CI).
+func Matrix() bool { return os.Getenv("OOMGUARD_E2E_MATRIX") == "1" }
+
+// Selected is rts less those this run does not boot (Matrix).
+func Selected(rts ...Runtime) []Runtime {
+	return slices.DeleteFunc(rts, func(rt Runtime) bool { return rt.MatrixOnly && !Matrix() })
+}
 
 // runtimeConfigs are the runtimes' main configuration files as a node has
 // them before oomguard: NRI off (1.7's and CRI-O's default is off; 2.x's

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oomguard/oomguard/test/runcbundle"
@@ -51,6 +52,8 @@ type Variant struct {
 	// up; Drive runs on the host while the VM runs, and the boot ends when
 	// it returns. The scenario's Script is then clusterScript.
 	Drive func(ctx context.Context, c *Cluster) error
+	// Kernel names the kernel it boots (Kernels): KernelNewest when empty.
+	Kernel string
 }
 
 // Paths inside the VM.
@@ -61,9 +64,9 @@ const (
 	GuestShim   = "/.oomguard/oomguard-init" // inside a container's rootfs
 )
 
-// Env is what every boot needs: a kernel and the binaries make built.
+// Env is what every boot needs: the kernels and the binaries make built.
 type Env struct {
-	Kernel     string
+	Kernel     string // KernelNewest's vmlinuz
 	BinDir     string // bin/: oomguard-hook, oomguard-init, oomguard-nri, oomguard-doctor (make build)
 	TestBinDir string // build/test-bin: guest (make test-bins)
 	BuildDir   string // build/: the release image (make image) and the real components (make components)
@@ -73,6 +76,35 @@ type Env struct {
 	// Log receives what runs on the host beside the VM: NRI's runtime side and
 	// the plugins it starts. The console of each boot is in its Run.
 	Log io.Writer
+
+	kernelMu sync.Mutex
+	kernels  map[string]string // name: vmlinuz, fetched on first use
+}
+
+// KernelPath is the vmlinuz of the kernel named name (Kernels; "" is
+// KernelNewest), fetched into BuildDir/vm/kernel on first use.
+func (e *Env) KernelPath(name string) (string, error) {
+	if name == "" {
+		name = KernelNewest.Name
+	}
+	i := slices.IndexFunc(Kernels, func(k Kernel) bool { return k.Name == name })
+	if i < 0 {
+		return "", fmt.Errorf("no kernel %q: the VM tier boots %v", name, Kernels)
+	}
+	e.kernelMu.Lock()
+	defer e.kernelMu.Unlock()
+	if p, ok := e.kernels[name]; ok {
+		return p, nil
+	}
+	p, err := EnsureKernel(filepath.Join(e.BuildDir, "vm", "kernel"), Kernels[i])
+	if err != nil {
+		return "", fmt.Errorf("kernel %s: %w", name, err)
+	}
+	if e.kernels == nil {
+		e.kernels = map[string]string{}
+	}
+	e.kernels[name] = p
+	return p, nil
 }
 
 // Programs and test binaries every boot may use.
@@ -81,8 +113,9 @@ var (
 	testBinaries = []string{"guest", "agent", "nrirun", "nriother"}
 )
 
-// NewEnv fetches the kernel into buildDir/vm/kernel and finds the binaries
-// make built: it builds nothing itself, so a test's time goes to the VMs.
+// NewEnv fetches the newest kernel into buildDir/vm/kernel (another on
+// first use) and finds the binaries make built: it builds nothing itself,
+// so a test's time goes to the VMs.
 func NewEnv(repoDir, buildDir string) (*Env, error) {
 	if err := Available(); err != nil {
 		return nil, err
@@ -90,13 +123,13 @@ func NewEnv(repoDir, buildDir string) (*Env, error) {
 	if err := runcbundle.Available(); err != nil {
 		return nil, err
 	}
-	k, err := EnsureKernel(filepath.Join(buildDir, "vm", "kernel"))
-	if err != nil {
-		return nil, err
-	}
-	e := &Env{Kernel: k, BinDir: filepath.Join(repoDir, "bin"), TestBinDir: filepath.Join(buildDir, "test-bin"),
+	e := &Env{BinDir: filepath.Join(repoDir, "bin"), TestBinDir: filepath.Join(buildDir, "test-bin"),
 		BuildDir: buildDir, RepoDir: repoDir,
 		WorkDir: filepath.Join(buildDir, "vm", "work"), Timeout: 3 * time.Minute, Log: os.Stderr}
+	var err error
+	if e.Kernel, err = e.KernelPath(""); err != nil {
+		return nil, err
+	}
 	for _, name := range programs {
 		if _, err := os.Stat(filepath.Join(e.BinDir, name)); err != nil {
 			return nil, fmt.Errorf("%s is missing: run make build", filepath.Join(e.BinDir, name))
@@ -113,6 +146,7 @@ func NewEnv(repoDir, buildDir string) (*Env, error) {
 // Guest is the VM's filesystem being assembled for one boot.
 type Guest struct {
 	env     *Env
+	kernel  string // the vmlinuz it boots
 	a       *archive
 	dir     string // host scratch space for bundles
 	bundles map[string]*runcbundle.Bundle
@@ -225,7 +259,11 @@ func (e *Env) Boot(ctx context.Context, s Scenario, v Variant, steps Stepper) (*
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	g := &Guest{env: e, a: newArchive(), dir: dir, bundles: map[string]*runcbundle.Bundle{}}
+	kernel, err := e.KernelPath(v.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guest{env: e, kernel: kernel, a: newArchive(), dir: dir, bundles: map[string]*runcbundle.Bundle{}}
 	if v.Drive != nil {
 		s.Script = clusterScript
 	}
@@ -270,10 +308,10 @@ func (e *Env) Boot(ctx context.Context, s Scenario, v Variant, steps Stepper) (*
 			cb.steps = RunAll
 		}
 	}
-	return e.boot(ctx, s, v, initrd, cb, dir)
+	return e.boot(ctx, s, v, kernel, initrd, cb, dir)
 }
 
-func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string, cb *clusterBoot, dir string) (*Run, error) {
+func (e *Env) boot(ctx context.Context, s Scenario, v Variant, kernel, initrd string, cb *clusterBoot, dir string) (*Run, error) {
 	timeout := e.Timeout
 	if s.Timeout > 0 {
 		timeout = s.Timeout
@@ -287,7 +325,7 @@ func (e *Env) boot(ctx context.Context, s Scenario, v Variant, initrd string, cb
 	cmdline := "console=ttyS0 quiet loglevel=1 panic=-1 log_buf_len=1M oomguard.variant=" + v.Name
 	args := []string{"-nodefaults", "-no-user-config", "-display", "none",
 		"-serial", "stdio", "-monitor", "none", "-no-reboot", "-m", strconv.Itoa(mem), "-smp", "1",
-		"-kernel", e.Kernel, "-initrd", initrd, "-append", cmdline}
+		"-kernel", kernel, "-initrd", initrd, "-append", cmdline}
 	if cb != nil {
 		return e.drive(ctx, s, v, cb, dir, args)
 	}
@@ -408,6 +446,8 @@ const initScript = `#!/bin/sh
 export PATH=/usr/local/bin:/oomguard/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
+# The root filesystem (the initramfs, in RAM) may fill most of it, not half.
+mount -o remount,size=80% / 2>/dev/null
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts

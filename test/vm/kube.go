@@ -37,7 +37,7 @@ resolvConf: ""
 // for rt's CRI; scripts start it with start_kubelet and add static pods with
 // add_pod. Pods are written with Pod.
 func WithKubelet(g *Guest, rt Runtime) error {
-	p, err := g.env.Component("kubernetes", "kubelet")
+	p, err := g.env.Component(cmp.Or(rt.Kubelet, KubeletNewest), "kubelet")
 	if err != nil {
 		return err
 	}

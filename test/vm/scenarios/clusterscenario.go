@@ -36,8 +36,8 @@ import (
 
 func clusterScenario() vm.Scenario {
 	var variants []vm.Variant
-	for _, rt := range []vm.Runtime{vm.Containerd2, vm.Containerd17, vm.CRIO} {
-		variants = append(variants, vm.Variant{Name: rt.Component, Setup: clusterSetup(rt), Drive: driveCluster(rt)})
+	for _, rt := range vm.Selected(vm.Containerd2, vm.Containerd17, vm.CRIO, vm.Containerd21, vm.CRIO134) {
+		variants = append(variants, vm.Variant{Name: rt.String(), Kernel: rt.Kernel, Setup: clusterSetup(rt), Drive: driveCluster(rt)})
 	}
 	return vm.Scenario{Name: "cluster", Title: "Installed with helm through a real API server", MemoryMB: vm.ClusterMem,
 		Slow: true, Timeout: 25 * time.Minute, Variants: variants}
@@ -178,7 +178,9 @@ func driveCluster(rt vm.Runtime) func(ctx context.Context, c *vm.Cluster) error 
 			vm.Step{Name: "another NRI plugin", Run: r.otherPlugin},
 		)
 		if rt.Component != vm.Containerd17.Component { // the chart's rollout: no runtime's part in it but the plugin's restart
-			steps = append(steps, vm.Step{Name: "helm upgrade", Run: r.upgrade})
+			steps = append(steps, vm.Step{Name: "helm upgrade", Run: r.upgrade},
+				vm.Step{Name: "rollout with surge", Run: r.surge},
+				vm.Step{Name: "plugin killed", Run: r.crash})
 		}
 		steps = append(steps, timed("pod start with oomguard, before the uninstall", "with-2")...)
 		steps = append(steps, vm.Step{Name: "uninstall", Run: r.uninstall})

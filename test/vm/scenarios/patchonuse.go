@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -258,8 +259,10 @@ func (r *clusterRun) webhookDown(ctx context.Context, src string) error {
 }
 
 // shimArgs are the OCI process args of a patched image's container: the
-// shim in front of the image's init.
-const shimArgs = `"args":["/.oomguard/oomguard-init","--","/sbin/init"]`
+// shim in front of the image's init, under the name podman takes for
+// systemd where the image's own command is an init, as oomguard-init where
+// the webhook put it in front of a pod's command.
+var shimArgs = regexp.MustCompile(`"args":\["/\.oomguard/(systemd|oomguard-init)","--","/sbin/init"\]`)
 
 // patchedProcs: the pod's container was started with shimArgs, its init is
 // PID 1 in the container, and every process of it is at the shim's score;
@@ -287,12 +290,12 @@ func (r *clusterRun) patchedProcs(ctx context.Context, ns, pod string) error {
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		switch f := strings.Fields(l); {
 		case len(f) > 0 && f[0] == "spec":
-			if !strings.Contains(l, shimArgs) {
+			if !shimArgs.MatchString(l) {
 				return fmt.Errorf("pod %s/%s: the runtime was given %s, want %s", ns, pod, l, shimArgs)
 			}
 		case len(f) >= 4 && f[0] == "proc":
 			procs++
-			if f[1] != "900" || strings.Contains(l, "oomguard-init") {
+			if f[1] != "900" || strings.Contains(l, "oomguard-init") || strings.Contains(l, "/.oomguard/") {
 				return fmt.Errorf("pod %s/%s: process %q, want every process at the shim's 900 and no shim left:\n%s", ns, pod, l, out)
 			}
 			if f[2] == "nspid=1" && strings.Contains(l, "/sbin/init") {

@@ -1,19 +1,18 @@
 // Command containerd is containerd 2.x built from its Go module, with the
-// built-in plugins (CRI and NRI among them), for oomguard's VM tests.
+// built-in plugins (CRI and NRI among them), for oomguard's VM tests. The
+// module's go.mod pins the newest release; go.2.1.4.mod an older one, built
+// with the tag containerd_2_1 (its App().Run takes no context).
 package main
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/containerd/containerd/v2/cmd/containerd/command"
-
 	_ "github.com/containerd/containerd/v2/cmd/containerd/builtins"
 )
 
 func main() {
-	app := command.App()
-	if err := app.Run(os.Args); err != nil {
+	if err := run(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "containerd: %s\n", err)
 		os.Exit(1)
 	}

@@ -689,8 +689,8 @@ func (p *Patcher) render(b *built, baseTag name.Tag) error {
 	if b.fromIdx != nil {
 		err = p.patchIndex(b, b.fromIdx, b.mt)
 	} else {
-		cfg, err := b.from.ConfigFile()
-		if err != nil {
+		var cfg *v1.ConfigFile
+		if cfg, err = b.from.ConfigFile(); err != nil {
 			return err
 		}
 		if b.img, b.noCommand, err = p.patchImage(b.from, cfg.Architecture, b.base, b.baseTag, ""); err != nil {

@@ -58,15 +58,6 @@ func (r *testRegistry) pushIndex(t *testing.T, ref string, idx v1.ImageIndex) {
 	}
 }
 
-func digestOfIndex(t *testing.T, idx v1.ImageIndex) v1.Hash {
-	t.Helper()
-	d, err := idx.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // A HEAD's Content-Length is the size of a body that never comes: a CUDA
 // base image's layer of gigabytes, looked at (never read) when the patched
 // index is pushed, must not fail it. Bodies that are read stay bounded.

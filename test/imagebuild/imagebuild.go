@@ -360,11 +360,10 @@ func build(work string, logf func(string, ...any)) error {
 			}
 			ann := layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})
 			if desc.MediaType.IsIndex() {
-				idx, err := desc.ImageIndex()
-				if err != nil {
-					return err
+				var idx v1.ImageIndex
+				if idx, err = desc.ImageIndex(); err == nil {
+					err = p.AppendIndex(idx, ann)
 				}
-				err = p.AppendIndex(idx, ann)
 			} else {
 				var im v1.Image
 				if im, err = desc.Image(); err == nil {

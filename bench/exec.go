@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -40,19 +39,12 @@ func benchExec(int) (bool, error) {
 	}
 	nriruntime.SetLog(io.Discard)
 	return withDir("oomguard-bench-exec", func(dir string) (bool, error) {
-		rt, err := nriruntime.Start(dir, nil, nil)
-		if err != nil {
-			return false, err
-		}
-		defer rt.Stop()
-		log := &syncWriter{w: &bytes.Buffer{}}
-		rt.PluginLog = log
 		cfg, _ := filepath.Abs("deploy/config.toml")
-		cmd, err := rt.StartPlugin(plugin, "--config", cfg)
+		rt, cmd, log, stop, err := runPlugin(dir, plugin, nil, nil, "--config", cfg)
 		if err != nil {
 			return false, err
 		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		defer stop()
 		mode := kernel.DetectMode("/")
 		// Containers as the runtime makes them: a cgroup with a process.
 		var cleanups []func()

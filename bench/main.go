@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
+	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/registrytest"
 	"github.com/oomguard/oomguard/test/testbin"
 )
@@ -155,4 +158,20 @@ func withRegistry(name string, f func(dir string, reg *registrytest.Registry) (b
 		defer reg.Stop()
 		return f(dir, reg)
 	})
+}
+
+// runPlugin starts NRI's runtime side in dir, reporting pods and ctrs at
+// Synchronize, and the built plugin on it with args; its log is kept. stop
+// ends both.
+func runPlugin(dir, plugin string, pods []*api.PodSandbox, ctrs []*api.Container, args ...string) (rt *nriruntime.Runtime, cmd *exec.Cmd, log *syncWriter, stop func(), err error) {
+	if rt, err = nriruntime.Start(dir, pods, ctrs); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	log = &syncWriter{w: &bytes.Buffer{}}
+	rt.PluginLog = log
+	if cmd, err = rt.StartPlugin(plugin, args...); err != nil {
+		rt.Stop()
+		return nil, nil, nil, nil, err
+	}
+	return rt, cmd, log, func() { cmd.Process.Kill(); cmd.Wait(); rt.Stop() }, nil
 }

@@ -242,18 +242,11 @@ func benchSync(dir, plugin, cfg string) (time.Duration, error) {
 	}
 	d := filepath.Join(dir, "s")
 	os.MkdirAll(d, 0o755)
-	rt, err := nriruntime.Start(d, pods, ctrs)
+	_, _, log, stop, err := runPlugin(d, plugin, pods, ctrs, "--config", cfg, "--root", root)
 	if err != nil {
 		return 0, err
 	}
-	defer rt.Stop()
-	log := &syncWriter{w: &bytes.Buffer{}}
-	rt.PluginLog = log
-	cmd, err := rt.StartPlugin(plugin, "--config", cfg, "--root", root)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer stop()
 	re := regexp.MustCompile(`msg=synchronized .*containers=` + strconv.Itoa(syncCtrs) + ` .* duration=(\S+)`)
 	var m []string
 	for deadline := time.Now().Add(5 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {

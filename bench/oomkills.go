@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -58,19 +57,12 @@ func benchOOMKills(int) (bool, error) {
 		defer cleanup()
 
 		nriruntime.SetLog(io.Discard)
-		rt, err := nriruntime.Start(dir, nil, nil)
-		if err != nil {
-			return false, err
-		}
-		defer rt.Stop()
-		log := &syncWriter{w: &bytes.Buffer{}}
-		rt.PluginLog = log
 		cfg, _ := filepath.Abs("deploy/config.toml")
-		cmd, err := rt.StartPlugin(plugin, "--config", cfg)
+		rt, cmd, log, stop, err := runPlugin(dir, plugin, nil, nil, "--config", cfg) // it waited for the plugin's Synchronize
 		if err != nil {
 			return false, err
 		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }() // StartPlugin waited for its Synchronize
+		defer stop()
 		for i := range watchedCtrs {
 			pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
 			ctr := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")

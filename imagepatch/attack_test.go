@@ -454,16 +454,7 @@ func TestForgedBaseLabels(t *testing.T) {
 			return r.tag(t, "ml/x:app"), y
 		}},
 		{"an image built FROM an older patch of X (labels inherited)", func(t *testing.T, r *testRegistry) (name.Tag, v1.Image) {
-			x := image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"})
-			r.push(t, "ml/x:v1", x)
-			res := patcher(t, r, old).Apply(context.Background(), r.tag(t, "ml/x:v1"))
-			if res.Action != ActionPush {
-				t.Fatalf("the older patch: %+v", res)
-			}
-			parent, err := remote.Image(r.tag(t, "ml/x:v1-oomguard-init.2"), r.opts()...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			parent := olderPatch(t, r, old)
 			app, _ := random.Layer(512, types.OCILayer)
 			y, err := mutate.Append(parent, mutate.Addendum{Layer: app, History: v1.History{CreatedBy: "RUN make install"}})
 			if err != nil {
@@ -473,16 +464,7 @@ func TestForgedBaseLabels(t *testing.T) {
 			return r.tag(t, "ml/x:app"), y
 		}},
 		{"an image built FROM the current patch of X, config changed only", func(t *testing.T, r *testRegistry) (name.Tag, v1.Image) {
-			x := image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"})
-			r.push(t, "ml/x:v1", x)
-			res := patcher(t, r, old).Apply(context.Background(), r.tag(t, "ml/x:v1"))
-			if res.Action != ActionPush {
-				t.Fatalf("the older patch: %+v", res)
-			}
-			parent, err := remote.Image(r.tag(t, "ml/x:v1-oomguard-init.2"), r.opts()...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			parent := olderPatch(t, r, old)
 			cf, _ := parent.ConfigFile()
 			cf = cf.DeepCopy()
 			cf.Config.Cmd = []string{"/bin/app"}
@@ -640,4 +622,19 @@ func TestForgedIndexAnnotations(t *testing.T) {
 			t.Fatalf("%s: %+v, want the patch of %s (upgraded %v)", tc.tag, res, tc.base, tc.upgraded)
 		}
 	}
+}
+
+// olderPatch is spec's result pushed for a new image at ml/x:v1, as a base
+// other images are built FROM.
+func olderPatch(t *testing.T, r *testRegistry, spec *Spec) v1.Image {
+	t.Helper()
+	r.push(t, "ml/x:v1", image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}))
+	if res := patcher(t, r, spec).Apply(context.Background(), r.tag(t, "ml/x:v1")); res.Action != ActionPush {
+		t.Fatalf("the older patch: %+v", res)
+	}
+	img, err := remote.Image(r.tag(t, "ml/x:v1-oomguard-init."+spec.Version), r.opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

@@ -1168,17 +1168,7 @@ func startRealWebhook(t *testing.T, r *realRig, args ...string) *webhooktest.Web
 		k, v, _ := strings.Cut(e, "=")
 		t.Setenv(k, v)
 	}
-	w, err := webhooktest.Start(r.bin, t.TempDir(), append(append(slices.Clone(r.flags), "--images", r.reg.Host+"/ml/*"), args...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		w.Stop()
-		if t.Failed() {
-			t.Logf("webhook:\n%s", w.Log())
-		}
-	})
-	return w
+	return webhooktest.StartT(t, r.bin, append(append(slices.Clone(r.flags), "--images", r.reg.Host+"/ml/*"), args...)...)
 }
 
 // webhookAnswer is the webhook's answer for a pod of one container running

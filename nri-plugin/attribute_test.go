@@ -137,14 +137,7 @@ func TestKillAttribution(t *testing.T) {
 			p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 			rec := &fakeRecorder{}
 			p.events = rec
-			for _, c := range []struct {
-				pod *api.PodSandbox
-				ctr *api.Container
-			}{{podA, a}, {podB, b}} {
-				if err := p.StartContainer(context.Background(), c.pod, c.ctr); err != nil {
-					t.Fatal(err)
-				}
-			}
+			startAll(t, p, []*api.PodSandbox{podA, podB}, []*api.Container{a, b})
 			var inA, inB, all int
 			before := map[int]func(){}
 			for i, k := range tc.kills {
@@ -202,14 +195,7 @@ func TestKillToldLate(t *testing.T) {
 	vmstat(100)
 	var logs bytes.Buffer
 	p := New(Options{Config: config.Default(), Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
-	for _, c := range []struct {
-		pod *api.PodSandbox
-		ctr *api.Container
-	}{{podA, a}, {podB, b}} {
-		if err := p.StartContainer(context.Background(), c.pod, c.ctr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	startAll(t, p, []*api.PodSandbox{podA, podB}, []*api.Container{a, b})
 	count(b, 1) // B owes a kill whose record went unread
 	rec := killed(1, 5001, "hog")
 	p.kmsgNow = func() time.Duration { return 1001 * time.Microsecond } // the record is read as it is written
@@ -221,5 +207,15 @@ func TestKillToldLate(t *testing.T) {
 	out := logs.String()
 	if !strings.Contains(out, "pid=5001") || !(strings.Contains(out, "pod=ml/pod-a ") || strings.Contains(out, `candidates="ml/pod-a/main, ml/pod-b/main"`)) {
 		t.Fatalf("a kill in A told late must be A's, or unsure with A among its candidates:\n%s", out)
+	}
+}
+
+// startAll starts ctrs[i] of pods[i] through the plugin, as the runtime does.
+func startAll(t *testing.T, p *Plugin, pods []*api.PodSandbox, ctrs []*api.Container) {
+	t.Helper()
+	for i, c := range ctrs {
+		if err := p.StartContainer(context.Background(), pods[i], c); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -108,17 +108,7 @@ func (a *attackRig) ref(t *testing.T, ref string) name.Tag {
 
 func (a *attackRig) webhook(t *testing.T, args ...string) *webhooktest.Webhook {
 	t.Helper()
-	w, err := webhooktest.Start(a.bin, t.TempDir(), append([]string{"--insecure", "--images", a.host + "/base/*"}, args...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		w.Stop()
-		if t.Failed() {
-			t.Logf("webhook:\n%s", w.Log())
-		}
-	})
-	return w
+	return webhooktest.StartT(t, a.bin, append([]string{"--insecure", "--images", a.host + "/base/*"}, args...)...)
 }
 
 func bootable(t *testing.T) v1.Image {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"testing"
 	"time"
 
 	"github.com/oomguard/oomguard/test/controlplane"
@@ -42,6 +43,23 @@ func Start(bin, dir string, args ...string) (*Webhook, error) {
 		return nil, err
 	}
 	return start(bin, caPEM, append([]string{"--tls-cert-file", cert, "--tls-key-file", key}, args...))
+}
+
+// StartT is Start for a test: it fails t when the webhook does not start,
+// and stops it when t ends, logging what it said when t failed.
+func StartT(t testing.TB, bin string, args ...string) *Webhook {
+	t.Helper()
+	w, err := Start(bin, t.TempDir(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.Stop()
+		if t.Failed() {
+			t.Logf("webhook:\n%s", w.Log())
+		}
+	})
+	return w
 }
 
 // StartSelfSigned runs bin's webhook on a free loopback port making its own

@@ -48,6 +48,7 @@ type Metrics struct {
 	restarts     *prometheus.CounterVec
 	lockHeld     prometheus.Gauge
 	workerDeaths prometheus.Counter
+	failClosed   prometheus.Gauge
 	isConnected  atomic.Bool
 	waiting      atomic.Pointer[string] // the runtimes the node waits for to restart
 	badConfig    atomic.Pointer[string] // why the configuration last read is not in force
@@ -112,6 +113,8 @@ func NewMetrics() *Metrics {
 			Help: "1 while this instance holds the node's lock: it reports the node's OOM kills and keeps its containers (an instance standing by serves no metrics)."}),
 		workerDeaths: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_plugin_restarts_total",
 			Help: "Times the plugin's supervisor (--supervise) started the plugin again in this container after it died (a crash, a kill, the OOM killer)."}),
+		failClosed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_fail_closed_enforced",
+			Help: "With --fail-closed: 1 when the runtime connected to refuses containers whose pod requires oomguard while it is away (NRI's validator: containerd 2.2, CRI-O 1.34 and later), 0 when it cannot. 0 without --fail-closed."}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
@@ -137,7 +140,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
 		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.unattributed, m.unreadParts, m.kmsgLost, m.killLag, m.predictions,
-		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, buildInfo,
+		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, m.failClosed, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

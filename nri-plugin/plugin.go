@@ -125,6 +125,9 @@ type Options struct {
 	// Restarts is how often the supervisor started the plugin before this
 	// time (oomguard_plugin_restarts_total starts there).
 	Restarts int
+	// FailClosed: the node was installed to fail closed (install
+	// --fail-closed); the plugin says whether its runtime can.
+	FailClosed bool
 }
 
 // New makes a plugin; Run connects it and runs it.
@@ -195,6 +198,9 @@ func parseConfig(b []byte) (*config.Config, *policy.Policy, error) {
 func (p *Plugin) Configure(_ context.Context, cfgText, runtime, version string) (api.EventMask, error) {
 	p.runtime.Store(facts.RuntimeNamed(runtime))
 	p.log.Info("connected to runtime", "runtime", runtime, "version", version, "cgroup", p.node.Load().Layout())
+	if p.o.FailClosed {
+		p.sayFailClosed(runtime, version)
+	}
 	if cfgText != "" {
 		c, pol, err := parseConfig([]byte(cfgText))
 		if err != nil {

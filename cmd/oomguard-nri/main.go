@@ -48,8 +48,8 @@ type flags struct {
 	restartRuntime, nodeCondition bool
 	maxAtOnce                     int
 
-	supervise    bool
-	healthSocket string
+	supervise, failClosed bool
+	healthSocket          string
 }
 
 func program() *cli.Command {
@@ -76,6 +76,7 @@ func program() *cli.Command {
 			fs.StringVar(&f.slots, "restart-slots", "", "with --restart-runtime: restart only while holding one of the Leases `NAMESPACE/NAME`-0… (the service account must be allowed to create, get, patch and delete them)")
 			fs.IntVar(&f.maxAtOnce, "restart-max-at-once", 1, "with --restart-slots: how many nodes restart their runtime at once, cluster-wide")
 			fs.BoolVar(&f.supervise, "supervise", false, "run the plugin as a worker of this process, started again at once (then after at most 2 s) when it dies; the container's own memory.oom.group is set to 0 so that an OOM in it kills the worker, not both")
+			fs.BoolVar(&f.failClosed, "fail-closed", false, "the node was installed with install --fail-closed: say (log, oomguard_fail_closed_enforced) whether the runtime can refuse containers whose pod requires oomguard while it is away")
 			fs.StringVar(&f.healthSocket, "health-socket", "", "serve /healthz on a unix socket at `PATH` too, for the pod's own readiness probe (oomguard-nri health)")
 		},
 		Run: func(_ context.Context, _ []string, s cli.IO) int {
@@ -138,7 +139,7 @@ func plugin(f flags, stderr io.Writer) int {
 	defer stop()
 	restarts, _ := strconv.Atoi(os.Getenv(restartsEnv))
 	o := nriplugin.Options{Config: cfg, ConfigErr: cfgErr, ConfigPath: config.Path(f.cfgPath), Root: f.root, Log: log, Launched: launched,
-		HealthSocket: f.healthSocket, Restarts: restarts}
+		HealthSocket: f.healthSocket, Restarts: restarts, FailClosed: f.failClosed}
 	var api *kubeapi.Client
 	if f.events || f.nodeCondition || f.slots != "" {
 		var err error

@@ -26,8 +26,12 @@ const (
 
 // containerd is containerd 1.7 and 2.x: the main file
 // /etc/containerd/config.toml, its imports in containerd's order, each
-// version's plugin IDs. newVersion is a new main file's version.
-type containerd struct{ newVersion int }
+// version's plugin IDs. newVersion is a new main file's version;
+// failClosed turns on NRI's default validator (containerd 2.2 and later).
+type containerd struct {
+	newVersion int
+	failClosed bool
+}
 
 func (containerd) name() string   { return "containerd" }
 func (containerd) unit() string   { return "containerd.service" }
@@ -56,8 +60,15 @@ func (containerd) refuse(w *changes.Set, cfg *config.Config) error {
 // containerdDropInText is the drop-in in the main file's version: containerd
 // 1.7 refuses files of two versions, and reads a version-1 file's plugins by
 // their short ID, where 2.x migrates a full one.
-func containerdDropInText(cfg *config.Config, version int) string {
+func containerdDropInText(cfg *config.Config, version int, failClosed bool) string {
 	s := fmt.Sprintf("# Written by oomguard-nri install: enables NRI and oomguard's plugin.\nversion = %d\n\n%s", version, nriSection(cfg, nriPluginID))
+	if failClosed {
+		s += fmt.Sprintf(`  # Fail closed: a container whose pod requires oomguard (annotation
+  # required-plugins.noderesource.dev) is not created while it is away.
+  [plugins.%q.default_validator]
+    enable = true
+`, nriPluginID)
+	}
 	if version == 1 {
 		s += "\n# containerd 1.7 reads a version-1 file's plugins by their short ID.\n" + nriSection(cfg, nriPluginShortID)
 	}
@@ -254,7 +265,12 @@ func (c containerd) enable(w *changes.Set, cfg *config.Config) error {
 			}
 		}
 	}
-	if err := w.WriteFile(dropIn, []byte(containerdDropInText(cfg, version)), 0o644); err != nil {
+	if c.failClosed {
+		if err := validatorKept(files, dropIn); err != nil {
+			return err
+		}
+	}
+	if err := w.WriteFile(dropIn, []byte(containerdDropInText(cfg, version, c.failClosed)), 0o644); err != nil {
 		return err
 	}
 	if imp != "" {
@@ -312,6 +328,41 @@ func laterNRI(p string, s map[string]any, cfg *config.Config) error {
 	if sock, ok := s["socket_path"].(string); ok && sock != cfg.NRI.Socket {
 		return fmt.Errorf("%s is read after oomguard's drop-in and puts NRI's socket at %s, not %s: pass --socket %s (or change it there) and run install again",
 			p, sock, cfg.NRI.Socket, sock)
+	}
+	return nil
+}
+
+// validatorKept refuses, for --fail-closed, a configuration that would
+// leave NRI's default validator off after oomguard's drop-in turns it on, or
+// let a pod opt out of it: containerd 2.x merges the files' sections key by
+// key, the last file to set a key winning.
+func validatorKept(files []*containerdFile, dropIn string) error {
+	var off, tolerate, tolerateFrom string
+	after := false
+	for _, f := range files {
+		if f.path == dropIn {
+			after, off = true, ""
+			continue
+		}
+		s, _ := f.nri()
+		v, _ := s["default_validator"].(map[string]any)
+		if e, ok := v["enable"].(bool); ok && after {
+			off = ""
+			if !e {
+				off = f.path
+			}
+		}
+		if t, ok := v["tolerate_missing_plugins_annotation"].(string); ok {
+			tolerate, tolerateFrom = t, f.path
+		}
+	}
+	if off != "" {
+		return fmt.Errorf("%s is read after oomguard's drop-in and sets [plugins.%q.default_validator] enable = false, which wins: "+
+			"the runtime would not fail closed; remove that line and run install again", off, nriPluginID)
+	}
+	if tolerate != "" {
+		return fmt.Errorf("%s sets the validator's tolerate_missing_plugins_annotation = %q: any pod annotated %s: \"true\" would start while oomguard is away. "+
+			"Remove it to fail closed, or install without --fail-closed", tolerateFrom, tolerate, tolerate)
 	}
 	return nil
 }

@@ -20,8 +20,9 @@ const (
 	CRIODropInDir = "/etc/crio/crio.conf.d"
 )
 
-// crio is CRI-O: crio.conf, then its drop-in directory.
-type crio struct{}
+// crio is CRI-O: crio.conf, then its drop-in directory. failClosed turns
+// on NRI's default validator (CRI-O 1.34 and later).
+type crio struct{ failClosed bool }
 
 func (crio) name() string                              { return "crio" }
 func (crio) unit() string                              { return "crio.service" }
@@ -31,14 +32,23 @@ func (crio) dropIn() string                            { return CRIODropIn }
 func (crio) refuse(*changes.Set, *config.Config) error { return nil }
 func (crio) keep(*changes.Set)                         {}
 
-func crioDropInText(cfg *config.Config) string {
-	return fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
+func crioDropInText(cfg *config.Config, failClosed bool) string {
+	s := fmt.Sprintf(`# Written by oomguard-nri install: enables NRI and oomguard's plugin.
 [crio.nri]
 enable_nri = true
 nri_listen = %q
 nri_plugin_dir = %q
 nri_plugin_config_dir = %q
 `, cfg.NRI.Socket, PluginDir, PluginConfDir)
+	if failClosed {
+		s += `
+# Fail closed: a container whose pod requires oomguard (annotation
+# required-plugins.noderesource.dev) is not created while it is away.
+[crio.nri.default_validator]
+nri_enable_default_validator = true
+`
+	}
+	return s
 }
 
 // crioNRI is the part of CRI-O's configuration oomguard's drop-in sets.
@@ -47,13 +57,18 @@ type crioNRI struct {
 		NRI struct {
 			Enable *bool   `toml:"enable_nri"`
 			Listen *string `toml:"nri_listen"`
+
+			Validator struct {
+				Enable   *bool   `toml:"nri_enable_default_validator"`
+				Tolerate *string `toml:"nri_validator_tolerate_missing_plugins_annotation"`
+			} `toml:"default_validator"`
 		} `toml:"nri"`
 	} `toml:"crio"`
 }
 
 // enable writes the NRI drop-in, refusing (changing nothing) when a file CRI-O
 // reads after it would turn NRI off again or move its socket.
-func (crio) enable(w *changes.Set, cfg *config.Config) error {
+func (c crio) enable(w *changes.Set, cfg *config.Config) error {
 	if err := linkCheck(w, CRIODropInDir, "CRI-O's drop-in directory", "create it there, or mount it"); err != nil {
 		return err
 	}
@@ -61,22 +76,36 @@ func (crio) enable(w *changes.Set, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	tolerate, tolerateFrom := "", ""
 	for _, p := range files {
-		if p <= CRIODropIn || p == CRIOConfig {
+		if p == CRIOConfig && !w.Exists(p) {
 			continue
 		}
-		c, err := readCRIONRI(w, p)
+		n, err := readCRIONRI(w, p)
 		if err != nil {
 			return err
 		}
-		if e := c.Crio.NRI.Enable; e != nil && !*e {
+		if t := n.Crio.NRI.Validator.Tolerate; t != nil {
+			tolerate, tolerateFrom = *t, p
+		}
+		if p <= CRIODropIn || p == CRIOConfig {
+			continue
+		}
+		if e := n.Crio.NRI.Validator.Enable; c.failClosed && e != nil && !*e {
+			return fmt.Errorf("%s is read after oomguard's drop-in and sets nri_enable_default_validator = false, which wins: the runtime would not fail closed; remove that line and run install again", p)
+		}
+		if e := n.Crio.NRI.Enable; e != nil && !*e {
 			return fmt.Errorf("%s is read after oomguard's drop-in and sets enable_nri = false, which wins: remove that line (or the file) and run install again", p)
 		}
-		if l := c.Crio.NRI.Listen; l != nil && *l != cfg.NRI.Socket {
+		if l := n.Crio.NRI.Listen; l != nil && *l != cfg.NRI.Socket {
 			return fmt.Errorf("%s is read after oomguard's drop-in and puts NRI's socket at %s, not %s: pass --socket %s (or change it there) and run install again", p, *l, cfg.NRI.Socket, *l)
 		}
 	}
-	return w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg)), 0o644)
+	if c.failClosed && tolerate != "" {
+		return fmt.Errorf("%s sets nri_validator_tolerate_missing_plugins_annotation = %q: any pod annotated %s: \"true\" would start while oomguard is away. "+
+			"Remove it to fail closed, or install without --fail-closed", tolerateFrom, tolerate, tolerate)
+	}
+	return w.WriteFile(CRIODropIn, []byte(crioDropInText(cfg, c.failClosed)), 0o644)
 }
 
 // keepsNRI: the last of CRI-O's files that sets enable_nri or

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -271,6 +272,20 @@ func firstLine(err error) string {
 // chrooted into the node with its own /proc), or why it refuses it.
 func crioEffective(t *testing.T, root string) (map[string]any, error) {
 	t.Helper()
+	out, err := crioConfigText(t, root)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := toml.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("crio config is not TOML: %v\n%s", err, out)
+	}
+	return m, nil
+}
+
+// crioConfigText is `crio config` for the node, as it prints it.
+func crioConfigText(t *testing.T, root string) (string, error) {
+	t.Helper()
 	src := testbin.ComponentFor(t, "crio", "crio")
 	bin := filepath.Join(root, "bin", "crio")
 	os.MkdirAll(filepath.Dir(bin), 0o755)
@@ -286,13 +301,9 @@ func crioEffective(t *testing.T, root string) (map[string]any, error) {
 	cmd := exec.CommandContext(ctx, "unshare", "-m", "sh", "-c", `mount -t proc proc "$1/proc" && exec chroot "$1" /bin/crio config`, "sh", root)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%v: %s", err, errb.String())
+		return "", fmt.Errorf("%v: %s", err, errb.String())
 	}
-	var m map[string]any
-	if err := toml.Unmarshal(out.Bytes(), &m); err != nil {
-		t.Fatalf("crio config is not TOML: %v\n%s", err, out.String())
-	}
-	return m, nil
+	return out.String(), nil
 }
 
 // crioEffectiveNRI splits CRI-O's effective configuration into its NRI section and
@@ -369,4 +380,55 @@ func TestE2ECRIOConfigurations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestE2EFailClosedConfigurations has the real runtimes read what install
+// --fail-closed writes: containerd 2.4 and CRI-O 1.36 with NRI's default
+// validator on and nothing a pod could use to tolerate oomguard's absence;
+// containerd 1.7, which has no validator, still loading it.
+func TestE2EFailClosedConfigurations(t *testing.T) {
+	for _, l := range loaders(t) {
+		t.Run(l.name, func(t *testing.T) {
+			root := newNode(t, "", map[string]nodeFile{ContainerdConfig: {content: defaultConfig(t, l)}})
+			o := options(root)
+			o.NRIOnly, o.FailClosed = true, true
+			if out, err := runNRI(o); err != nil {
+				t.Fatalf("install: %v\n%s", err, out)
+			}
+			d, err := l.dump(t, root)
+			if err != nil {
+				t.Fatalf("%s refuses the configuration install --fail-closed wrote: %v", l.name, err)
+			}
+			v, _ := nriOf(d)["default_validator"].(map[string]any)
+			if l.name == "containerd-1.7.35" {
+				if v != nil {
+					t.Fatalf("containerd 1.7 has no validator, and shows %v", v)
+				}
+				return
+			}
+			if v["enable"] != true || v["tolerate_missing_plugins_annotation"] != "" {
+				t.Fatalf("%s's validator after install --fail-closed: %v", l.name, v)
+			}
+		})
+	}
+	t.Run("crio-1.36.3", func(t *testing.T) {
+		root := newNode(t, "crio-1.36-default", nil)
+		o := options(root)
+		o.NRIOnly, o.FailClosed, o.Runtime = true, true, "crio"
+		if out, err := runNRI(o); err != nil {
+			t.Fatalf("install: %v\n%s", err, out)
+		}
+		out, err := crioConfigText(t, root)
+		if err != nil {
+			t.Fatalf("CRI-O refuses the configuration install --fail-closed wrote: %v", err)
+		}
+		// CRI-O 1.36.3 prints [crio.nri.default_validator] commented out
+		// whatever it holds (it compares the defaults with themselves), with
+		// the values in force.
+		for _, want := range []string{"nri_enable_default_validator = true", `nri_validator_tolerate_missing_plugins_annotation = ""`} {
+			if !regexp.MustCompile(`(?m)^(# )?` + regexp.QuoteMeta(want) + `$`).MatchString(out) {
+				t.Errorf("CRI-O's validator after install --fail-closed lacks %q:\n%s", want, out)
+			}
+		}
+	})
 }

@@ -56,6 +56,10 @@ type NRIOptions struct {
 	// StateFile, when set, gets what is left to do: the runtimes still to
 	// restart (the plugin waits for them, or restarts them).
 	StateFile string
+	// FailClosed turns on the runtime's NRI validator (containerd 2.2,
+	// CRI-O 1.34 and later): a container whose pod requires oomguard
+	// (required-plugins.noderesource.dev) is refused while it is not connected.
+	FailClosed bool
 }
 
 // nriRuntime is one runtime's side of NRI: how install finds it on a node,
@@ -85,8 +89,8 @@ type nriRuntime interface {
 }
 
 // nriRuntimes are the runtimes install knows, in the order it configures them.
-func nriRuntimes(containerdVersion int) []nriRuntime {
-	return []nriRuntime{containerd{newVersion: containerdVersion}, crio{}}
+func nriRuntimes(containerdVersion int, failClosed bool) []nriRuntime {
+	return []nriRuntime{containerd{newVersion: containerdVersion, failClosed: failClosed}, crio{failClosed: failClosed}}
 }
 
 // NRI puts the plugin where the runtime launches it, with its configuration,
@@ -115,16 +119,17 @@ func NRI(o NRIOptions, out io.Writer) (err error) {
 	if o.Socket != "" {
 		cfg.NRI.Socket = o.Socket
 	}
-	rts, err := selectRuntimes(w, o.Runtime, cfg, nriRuntimes(o.ContainerdConfigVersion))
+	rts, err := selectRuntimes(w, o.Runtime, cfg, nriRuntimes(o.ContainerdConfigVersion, o.FailClosed))
 	if err != nil {
 		return err
 	}
 	if o.NRIOnly {
+		// Failing closed needs the validator, which no runtime turns on by default.
 		on, err := alreadyOn(w, cfg, rts)
 		if err != nil {
 			return err
 		}
-		if on {
+		if on && !o.FailClosed {
 			fmt.Fprintf(out, "unchanged: NRI is on in the running runtime at %s, and its configuration keeps it on: no restart needed\n", cfg.NRI.Socket)
 			if err := w.Commit(); err != nil {
 				return err
@@ -231,7 +236,7 @@ func alreadyOn(w *changes.Set, cfg *config.Config, rts []nriRuntime) (bool, erro
 	if len(rts) != 1 || !serving(w, cfg.NRI.Socket) {
 		return false, nil
 	}
-	for _, rt := range nriRuntimes(0) {
+	for _, rt := range nriRuntimes(0, false) {
 		if w.Exists(rt.dropIn()) {
 			return false, nil
 		}
@@ -258,7 +263,7 @@ func serving(w *changes.Set, socket string) bool {
 // UninstallNRI undoes what NRI recorded in its manifest, and restarts the
 // runtimes when asked and something changed.
 func UninstallNRI(root string, dryRun bool, restart restartstate.Restarter, out io.Writer) error {
-	all := nriRuntimes(0)
+	all := nriRuntimes(0, false)
 	w, err := undoWith(root, NRIManifest, dryRun, out, func(w *changes.Set) {
 		for _, rt := range all {
 			rt.keep(w)

@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -132,6 +134,15 @@ func objects(t *testing.T, rendered string) map[string]any {
 			obj = &admissionregistrationv1.MutatingWebhookConfiguration{}
 		case "Job":
 			obj = &batchv1.Job{}
+		case "ValidatingAdmissionPolicy":
+			obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		case "ValidatingAdmissionPolicyBinding":
+			obj = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		// v1 (Kubernetes 1.36) has v1beta1's fields; this module's k8s.io/api is 1.34's.
+		case "MutatingAdmissionPolicy":
+			obj = &admissionregistrationv1beta1.MutatingAdmissionPolicy{}
+		case "MutatingAdmissionPolicyBinding":
+			obj = &admissionregistrationv1beta1.MutatingAdmissionPolicyBinding{}
 		case "PodMonitor":
 			obj = &podMonitor{}
 		default:
@@ -719,5 +730,52 @@ func TestE2EChartWebhookGuarded(t *testing.T) {
 		if _, errb, err := run(t, "helm", args...); err == nil || !strings.Contains(errb, tc.want) {
 			t.Errorf("%v: %v %s, want refused: %s", tc.set, err, errb, tc.want)
 		}
+	}
+}
+
+// failClosed: the admission policies (the mutating one where the API
+// server serves it), the release's namespace left out, both the install
+// and the plugin told; nothing of it by default or at uninstall, and a
+// refusal where it cannot work (hook mode).
+func TestE2EChartFailClosed(t *testing.T) {
+	on := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "ops", "--set", "failClosed.enabled=true",
+		"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"))
+	vap, ok := on["ValidatingAdmissionPolicy"].(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	if !ok || len(vap.Spec.Validations) != 2 || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail ||
+		len(vap.Spec.MatchConditions) != 1 || vap.Spec.MatchConditions[0].Expression != `request.namespace != "ops"` {
+		t.Fatalf("the validating policy: %+v", on["ValidatingAdmissionPolicy"])
+	}
+	vb, ok := on["ValidatingAdmissionPolicyBinding"].(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+	if !ok || vb.Spec.PolicyName != vap.Name || !reflect.DeepEqual(vb.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) ||
+		!reflect.DeepEqual(vb.Spec.MatchResources.NamespaceSelector.MatchLabels, map[string]string{"oomguard.io/fail-closed": "true"}) {
+		t.Fatalf("the validating binding: %+v", on["ValidatingAdmissionPolicyBinding"])
+	}
+	mp, ok := on["MutatingAdmissionPolicy"].(*admissionregistrationv1beta1.MutatingAdmissionPolicy)
+	if !ok || len(mp.Spec.Mutations) != 1 || !strings.Contains(mp.Spec.Mutations[0].ApplyConfiguration.Expression, `"required-plugins.noderesource.dev": "[\"oomguard\"]"`) {
+		t.Fatalf("the mutating policy: %+v", on["MutatingAdmissionPolicy"])
+	}
+	if mb, ok := on["MutatingAdmissionPolicyBinding"].(*admissionregistrationv1beta1.MutatingAdmissionPolicyBinding); !ok || mb.Spec.PolicyName != mp.Name {
+		t.Fatalf("the mutating binding: %+v", on["MutatingAdmissionPolicyBinding"])
+	}
+	spec := on["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if (c.Name == "install" || c.Name == "oomguard-nri") != slices.Contains(c.Args, "--fail-closed") {
+			t.Errorf("%s: %v", c.Name, c.Args)
+		}
+	}
+	// Before Kubernetes 1.36 the pods must carry the annotation themselves.
+	if older := objects(t, tool(t, "helm", "template", "oomguard", chart, "--set", "failClosed.enabled=true")); older["MutatingAdmissionPolicy"] != nil || older["ValidatingAdmissionPolicy"] == nil {
+		t.Error("without admissionregistration.k8s.io/v1 MutatingAdmissionPolicy: the validating policy alone")
+	}
+	for _, args := range [][]string{nil, {"--set", "failClosed.enabled=true,mode=uninstall"}} {
+		o := objects(t, tool(t, "helm", append([]string{"template", "oomguard", chart}, args...)...))
+		for _, k := range []string{"ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"} {
+			if o[k] != nil {
+				t.Errorf("%v: %s rendered", args, k)
+			}
+		}
+	}
+	if _, stderr, err := run(t, "helm", "template", "oomguard", chart, "--set", "failClosed.enabled=true,mode=hook"); err == nil || !strings.Contains(stderr, "failClosed.enabled: needs mode nri") {
+		t.Errorf("hook mode failing closed: %v %s", err, stderr)
 	}
 }

@@ -429,7 +429,9 @@ func (c *Cluster) StartPod(ctx context.Context, p Pod) (time.Duration, error) {
 func (c *Cluster) WaitReady(ctx context.Context, ns, name string) error {
 	if _, err := c.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "pod/"+name, "--timeout=5m"); err != nil {
 		out, _ := c.Kubectl(ctx, "-n", ns, "describe", "pod", name)
-		return fmt.Errorf("pod %s/%s: %w\n%s", ns, name, err, out)
+		// A pod deleted meanwhile (preempted, evicted) has no description: its events say why.
+		events, _ := c.Kubectl(ctx, "-n", ns, "get", "events", "--field-selector", "involvedObject.name="+name, "--sort-by=.lastTimestamp")
+		return fmt.Errorf("pod %s/%s: %w\n%s\nits events:\n%s", ns, name, err, out, events)
 	}
 	return nil
 }

@@ -23,8 +23,10 @@ import (
 // (Guaranteed) probe -997, and an annotation may only raise a score.
 const probeScore = "777"
 
+// Its memory leaves room for runc's init (16Mi did not, at times: "container
+// init was OOM-killed", and the probe never started).
 func probePod(name, set string) vm.Pod {
-	return vm.Pod{Name: name, Namespace: "default", Memory: "16Mi", CPU: "20m",
+	return vm.Pod{Name: name, Namespace: "default", Memory: "48Mi", CPU: "20m",
 		Annotations: map[string]string{"oomguard.io/oom-score-adj": probeScore},
 		Labels:      map[string]string{"oomguard-e2e/probe": set},
 		Command:     []string{"/bin/sh", "-c", "cat /proc/self/oom_score_adj; exec sleep 2147483647"}}
@@ -87,7 +89,7 @@ func (r *clusterRun) probing(ctx context.Context, set string) (stop func() (star
 			started++
 			if err := r.WaitReady(ctx, "default", name); err != nil {
 				fail(err)
-			} else if got, err := r.firstLine(ctx, name); err != nil {
+			} else if got, err := r.firstLine(ctx, "default", name); err != nil {
 				fail(err)
 			} else if got != probeScore {
 				unguarded = append(unguarded, name+" at "+got)
@@ -183,10 +185,10 @@ done`)
 	return r.guardsAgain(ctx, "vm-crash")
 }
 
-// firstLine is what probe pod name printed first, from its CRI log on
+// firstLine is what probe pod ns/name printed first, from its CRI log on
 // the node (the API server reaches no kubelet here), once it is there.
-func (r *clusterRun) firstLine(ctx context.Context, name string) (string, error) {
-	script := "for f in /var/log/pods/default_" + name + "_*/main/*.log; do [ -f \"$f\" ] && sed -n 's/^[^ ]* std[a-z]* [FP] //p' \"$f\"; done | head -1"
+func (r *clusterRun) firstLine(ctx context.Context, ns, name string) (string, error) {
+	script := "for f in /var/log/pods/" + ns + "_" + name + "_*/main/*.log; do [ -f \"$f\" ] && sed -n 's/^[^ ]* std[a-z]* [FP] //p' \"$f\"; done | head -1"
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 		out, err := r.sh(ctx, script)
 		if err != nil {

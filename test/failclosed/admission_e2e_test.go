@@ -1,0 +1,157 @@
+//go:build e2e
+
+package failclosed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	validator "github.com/containerd/nri/plugins/default-validator"
+
+	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/testbin"
+)
+
+const key = "required-plugins.noderesource.dev"
+
+// The chart's policies on a real API server: a pod created in a namespace
+// that fails closed gets the annotation that makes the runtime's validator
+// refuse its containers while oomguard is away, and no annotation a pod
+// sets itself gets it past that validator without oomguard; pods
+// elsewhere, and oomguard's own, are left alone.
+func TestE2EFailClosedAdmission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	repo, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := testbin.ComponentFor(t, "helm", "helm")
+	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
+	kubectl := cp.KubectlFor(ctx, t)
+	// As helm install finds it on Kubernetes 1.36 and later.
+	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
+		"--set", "failClosed.enabled=true", "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+		"--show-only", "templates/fail-closed.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	kubectl(string(rendered), "apply", "-f", "-")
+	kubectl("", "create", "namespace", "guarded")
+	kubectl("", "label", "namespace", "guarded", "oomguard.io/fail-closed=true")
+	kubectl("", "create", "namespace", "free")
+
+	// admit creates a pod (server-side dry run: no node is needed) and
+	// returns its annotations as admitted, or the API server's refusal.
+	admit := func(ns string, annotations map[string]string) (map[string]string, error) {
+		pod := map[string]any{"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": "p", "namespace": ns, "annotations": annotations},
+			"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}}}
+		b, _ := json.Marshal(pod)
+		out, err := cp.Kubectl(ctx, b, "create", "--dry-run=server", "-o", "json", "-f", "-")
+		if err != nil {
+			return nil, err
+		}
+		var got struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("the admitted pod: %v\n%s", err, out)
+		}
+		return got.Metadata.Annotations, nil
+	}
+	// The policies are in force once the API server has read them.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		a, err := admit("guarded", nil)
+		if err == nil && a[key] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no annotation added after a minute: %v %v\n%s", a, err, cp.Logs(20))
+		}
+	}
+
+	for _, tc := range []struct {
+		name        string
+		ns          string
+		annotations map[string]string
+		refused     bool
+	}{
+		{name: "a plain pod", ns: "guarded"},
+		{name: "another plugin too", ns: "guarded", annotations: map[string]string{key: `["gpu-plugin", "oomguard"]`}},
+		{name: "plain and quoted items", ns: "guarded", annotations: map[string]string{key: "[ gpu, 'oomguard' ]"}},
+		{name: "another plugin instead", ns: "guarded", annotations: map[string]string{key: `["gpu-plugin"]`}, refused: true},
+		{name: "none", ns: "guarded", annotations: map[string]string{key: `[]`}, refused: true},
+		{name: "a container's own list", ns: "guarded", annotations: map[string]string{key + "/container.main": `[]`}, refused: true},
+		{name: "the pod's own list", ns: "guarded", annotations: map[string]string{key + "/pod": `["x"]`}, refused: true},
+		{name: "a name that contains it", ns: "guarded", annotations: map[string]string{key: `["oomguard2"]`}, refused: true},
+		{name: "a name inside another", ns: "guarded", annotations: map[string]string{key: `["not-oomguard", "x"]`}, refused: true},
+		{name: "a comment", ns: "guarded", annotations: map[string]string{key: "[x] # oomguard"}, refused: true},
+		{name: "block style", ns: "guarded", annotations: map[string]string{key: "- oomguard"}, refused: true},
+		{name: "a flow mapping", ns: "guarded", annotations: map[string]string{key: "{oomguard: x}"}, refused: true},
+		{name: "a second document", ns: "guarded", annotations: map[string]string{key: "[oomguard]\n---\n[]"}, refused: true},
+		{name: "an alias", ns: "guarded", annotations: map[string]string{key: "[&a x, *a, oomguard]"}, refused: true},
+		{name: "a tag", ns: "guarded", annotations: map[string]string{key: "[!!str oomguard]"}, refused: true},
+		{name: "a container's list that keeps it", ns: "guarded", annotations: map[string]string{key + "/container.main": `["oomguard", "gpu"]`}},
+		{name: "a namespace that does not fail closed", ns: "free", annotations: map[string]string{key + "/container.main": `[]`}},
+		{name: "oomguard's own namespace", ns: "kube-system"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := admit(tc.ns, tc.annotations)
+			if tc.refused {
+				if err == nil || !strings.Contains(err.Error(), "fails closed") {
+					t.Fatalf("admitted %v (%v), want refused", a, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			required := tc.ns == "guarded"
+			if required && a[key] == "" {
+				t.Fatalf("admitted without %s: %v", key, a)
+			}
+			if !required && tc.annotations == nil && len(a) > 0 {
+				t.Fatalf("a pod outside the namespaces that fail closed changed: %v", a)
+			}
+			// What the runtime's validator makes of the pod as admitted.
+			if got := validate(a, false); required != (got != nil) {
+				t.Fatalf("without oomguard connected the validator says %v for %v", got, a)
+			}
+			if err := validate(a, true); required && err != nil {
+				t.Fatalf("with oomguard connected the validator refuses %v: %v", a, err)
+			}
+		})
+	}
+}
+
+// validate runs NRI's default validator (what containerd 2.2+ and CRI-O
+// 1.34+ run, turned on by install --fail-closed) on container "main" of a
+// pod with annotations, oomguard connected or not (the other plugins the
+// cases name always are).
+func validate(annotations map[string]string, connected bool) error {
+	v := validator.NewDefaultValidator(&validator.DefaultValidatorConfig{Enable: true})
+	req := &api.ValidateContainerAdjustmentRequest{
+		Pod:       &api.PodSandbox{Name: "p", Namespace: "guarded", Annotations: annotations},
+		Container: &api.Container{Name: "main"},
+	}
+	for _, other := range []string{"gpu", "gpu-plugin", "x"} {
+		req.AddPlugin(other, "20")
+	}
+	if connected {
+		req.AddPlugin("oomguard", "10")
+	}
+	if err := v.ValidateContainerAdjustment(context.Background(), req); err != nil {
+		return fmt.Errorf("refused: %w", err)
+	}
+	return nil
+}

@@ -30,7 +30,7 @@ func (r *clusterRun) failClosed(ctx context.Context) error {
 	if _, err := r.Kubectl(ctx, "label", "namespace", guardedNS, "oomguard.io/fail-closed=true"); err != nil {
 		return err
 	}
-	if r.rt.Component == vm.Containerd17.Component {
+	if !validates(r.rt) {
 		return r.cannotFailClosed(ctx)
 	}
 	if err := r.pluginSays(ctx, `msg="failing closed`, "runtime="); err != nil {
@@ -111,11 +111,20 @@ func (r *clusterRun) failClosed(ctx context.Context) error {
 	return nil
 }
 
-// cannotFailClosed: containerd 1.7 has no NRI validator; it loads the
+// validates: the runtime release has NRI's default validator (containerd
+// 2.2, CRI-O 1.34 and later).
+func validates(rt vm.Runtime) bool {
+	var major, minor int
+	fmt.Sscanf(rt.Version, "%d.%d", &major, &minor)
+	since := map[string][2]int{"containerd": {2, 2}, "crio": {1, 34}}[rt.Name]
+	return major > since[0] || major == since[0] && minor >= since[1]
+}
+
+// cannotFailClosed: containerd before 2.2 has no NRI validator; it loads the
 // drop-in, the plugin says it cannot fail closed, and a pod of the labelled
 // namespace starts as before, guarded while oomguard is there.
 func (r *clusterRun) cannotFailClosed(ctx context.Context) error {
-	if err := r.pluginSays(ctx, `msg="cannot fail closed`, "runtime=containerd"); err != nil {
+	if err := r.pluginSays(ctx, `msg="cannot fail closed`, "runtime="+r.rt.Name, "version="); err != nil {
 		return err
 	}
 	p := probePod("unvalidated", "fail-closed")

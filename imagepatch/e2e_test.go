@@ -40,13 +40,27 @@ func startRegistry(t *testing.T) *registrytest.Registry {
 	return r
 }
 
+// The built imagepatch, once per test binary (its directory outlives the tests).
+var (
+	cliOnce sync.Once
+	cliBin  string
+	cliErr  error
+)
+
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin, err := testbin.Program(t.TempDir(), "imagepatch")
-	if err != nil {
-		t.Fatal(err)
+	cliOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "imagepatch-cli-")
+		if err != nil {
+			cliErr = err
+			return
+		}
+		cliBin, cliErr = testbin.Program(dir, "imagepatch")
+	})
+	if cliErr != nil {
+		t.Fatal(cliErr)
 	}
-	return bin
+	return cliBin
 }
 
 // cli runs the imagepatch binary with --json and returns its exit code and results.

@@ -63,29 +63,6 @@ func realImages(t *testing.T) *imagebuild.Set {
 	return realSet
 }
 
-// The built imagepatch, once per test binary.
-var (
-	cliOnce sync.Once
-	cliBin  string
-	cliErr  error
-)
-
-func realCLI(t *testing.T) string {
-	t.Helper()
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "imagepatch-real-")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliBin, cliErr = testbin.Program(dir, "imagepatch")
-	})
-	if cliErr != nil {
-		t.Fatal(cliErr)
-	}
-	return cliBin
-}
-
 // flavour is a registry as the tests run it.
 type flavour struct {
 	name   string
@@ -132,7 +109,7 @@ func newRealRig(t *testing.T, f flavour) *realRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Stop)
-	r := &realRig{t: t, reg: reg, bin: realCLI(t), dir: dir, secure: f.secure}
+	r := &realRig{t: t, reg: reg, bin: buildCLI(t), dir: dir, secure: f.secure}
 	cfg, err := reg.DockerConfig(filepath.Join(dir, "docker"))
 	if err != nil {
 		t.Fatal(err)

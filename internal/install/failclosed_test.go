@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
-	gotoml "github.com/pelletier/go-toml/v2"
 )
 
 // --fail-closed turns on the runtime's NRI validator in oomguard's drop-in,
@@ -81,27 +80,25 @@ func TestFailClosed(t *testing.T) {
 	}
 }
 
-// validatorOn is what oomguard's drop-in says of the validator (the
-// loaders' e2e test has the runtimes read the whole configuration).
+// validatorOn is the validator's enable as the runtime merges its files
+// (the loaders' e2e test has the real runtimes read them).
 func validatorOn(t *testing.T, root, runtime string) bool {
 	t.Helper()
 	if runtime == "crio" {
-		var c crioNRI
-		if _, err := toml.DecodeFile(filepath.Join(root, CRIODropIn), &c); err != nil {
-			t.Fatal(err)
+		// crio.conf, then the drop-ins in name order (Glob sorts).
+		dropIns, _ := filepath.Glob(filepath.Join(root, CRIODropInDir, "*"))
+		on := false
+		for _, f := range append([]string{filepath.Join(root, CRIOConfig)}, dropIns...) {
+			var c crioNRI
+			if _, err := toml.DecodeFile(f, &c); err != nil && !os.IsNotExist(err) {
+				t.Fatalf("CRI-O cannot parse %s: %v", f, err)
+			}
+			if e := c.Crio.NRI.Validator.Enable; e != nil {
+				on = *e
+			}
 		}
-		e := c.Crio.NRI.Validator.Enable
-		return e != nil && *e
+		return on
 	}
-	b, err := os.ReadFile(filepath.Join(root, ContainerdDropIn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := gotoml.Unmarshal(b, &m); err != nil {
-		t.Fatalf("containerd cannot parse the drop-in: %v\n%s", err, b)
-	}
-	nri, _ := m["plugins"].(map[string]any)[nriPluginID].(map[string]any)
-	v, _ := nri["default_validator"].(map[string]any)
+	v, _ := containerdLoad(t, root)["default_validator"].(map[string]any)
 	return v["enable"] == true
 }

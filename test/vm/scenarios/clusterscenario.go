@@ -116,6 +116,13 @@ plugin_log() {
 		[ -f "$f" ] && sed -n 's/^[^ ]* std[a-z]* [FP] //p' "$f"
 	done
 }
+# plugin_workers: the pids of the plugin's workers (--supervise), a line each.
+plugin_workers() {
+	for d in /proc/[0-9]*; do
+		{ tr '\0' '\n' < $d/environ; } 2>/dev/null | grep -qx OOMGUARD_NRI_WORKER=1 && echo ${d#/proc/}
+	done
+	true
+}
 # config_files: every file and directory of the runtimes' and oomguard's
 # configuration on the node, files with their digest.
 config_files() {

@@ -44,7 +44,7 @@ func (r *clusterRun) failClosed(ctx context.Context) error {
 	}
 	var left string
 	err := r.Poll(ctx, 2*time.Minute, "the plugin gone from the node", func() (bool, error) {
-		out, err := r.sh(ctx, `for d in /proc/[0-9]*; do { tr '\0' '\n' < $d/environ; } 2>/dev/null | grep -qx OOMGUARD_NRI_WORKER=1 && echo ${d#/proc/}; done; true`)
+		out, err := r.sh(ctx, "plugin_workers")
 		left = strings.TrimSpace(out)
 		return err == nil && left == "", err
 	})

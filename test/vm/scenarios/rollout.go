@@ -153,9 +153,7 @@ func (r *clusterRun) surge(ctx context.Context) error {
 func (r *clusterRun) crash(ctx context.Context) error {
 	stop := r.probing(ctx, "crash")
 	time.Sleep(3 * time.Second)
-	out, err := r.sh(ctx, `for d in /proc/[0-9]*; do
-	if tr '\0' '\n' < $d/environ 2>/dev/null | grep -qx OOMGUARD_NRI_WORKER=1; then kill -9 ${d#/proc/} && echo killed ${d#/proc/}; fi
-done`)
+	out, err := r.sh(ctx, `for p in $(plugin_workers); do kill -9 $p && echo killed $p; done`)
 	if err != nil || !strings.Contains(out, "killed") {
 		stop()
 		return fmt.Errorf("kill the plugin's worker: %v\n%s", err, out)

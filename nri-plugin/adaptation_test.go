@@ -40,6 +40,12 @@ type testPlugin struct {
 	done   chan struct{}
 }
 
+// log is what the plugin logged, once what it logs after its replies is.
+func (tp *testPlugin) log() string {
+	tp.p.waitBackground()
+	return tp.logs.String()
+}
+
 func connectPlugin(t *testing.T, dir, cfgText, root string) *testPlugin {
 	return connectPluginAt(t, filepath.Join(dir, "nri.sock"), cfgText, root)
 }
@@ -185,12 +191,12 @@ func TestStartContainerApplies(t *testing.T) {
 			if score, group := onNode(t, root, c.ctr); score != c.wantScore || group != c.wantGroup {
 				t.Fatalf("started with score %s group %s, want %s %s", score, group, c.wantScore, c.wantGroup)
 			}
-			if c.wantRejected != "" && !strings.Contains(tp.logs.String(), c.wantRejected) {
-				t.Fatalf("no rejection %q in the log:\n%s", c.wantRejected, tp.logs.String())
+			if c.wantRejected != "" && !strings.Contains(tp.log(), c.wantRejected) {
+				t.Fatalf("no rejection %q in the log:\n%s", c.wantRejected, tp.log())
 			}
 		})
 	}
-	logs := tp.logs.String()
+	logs := tp.log()
 	for _, want := range []string{
 		// One line a container: decided and applied at StartContainer.
 		`msg=decision pod=ml/pod-1 container=main rule=init-as-pid1 phase=start oom_score_adj=-997→900 oom_group=1→0 reasons=`,
@@ -338,7 +344,7 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "proc/1001/oom_score_adj")); string(b) != "900\n" {
 		t.Fatalf("score drift not corrected: %q", b)
 	}
-	if !strings.Contains(tp.logs.String(), "drift corrected") {
+	if !strings.Contains(tp.log(), "drift corrected") {
 		t.Fatal("drift correction not logged")
 	}
 	// A cgroup that vanished is dropped after a few misses, without errors.
@@ -552,8 +558,8 @@ func TestCgroupV1NodeGetsNoGroup(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "proc/2001/oom_score_adj")); string(b) != "900\n" {
 		t.Fatalf("score %q on cgroup v1, want 900", b)
 	}
-	if !strings.Contains(tp.logs.String(), `oom_group="unsupported on cgroup v1 (hybrid)"`) {
-		t.Fatalf("the group must be reported unsupported:\n%s", tp.logs.String())
+	if !strings.Contains(tp.log(), `oom_group="unsupported on cgroup v1 (hybrid)"`) {
+		t.Fatalf("the group must be reported unsupported:\n%s", tp.log())
 	}
 }
 
@@ -611,7 +617,7 @@ func TestContainment(t *testing.T) {
 	if n := counted(t, tp.p.m, "oomguard_refused_writes_total"); n < float64(len(ctrs)) {
 		t.Errorf("%v refusals counted, want one for each of %d containers at least", n, len(ctrs))
 	}
-	if !strings.Contains(tp.logs.String(), "refusing to write outside a container") {
+	if !strings.Contains(tp.log(), "refusing to write outside a container") {
 		t.Error("refusals not logged")
 	}
 }

@@ -218,4 +218,5 @@ func startAll(t *testing.T, p *Plugin, pods []*api.PodSandbox, ctrs []*api.Conta
 			t.Fatal(err)
 		}
 	}
+	p.waitBackground()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/test/runcbundle"
+	"github.com/oomguard/oomguard/test/syncbuf"
 	"github.com/oomguard/oomguard/test/testbin"
 )
 
@@ -76,7 +77,8 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	}
 
 	env := append(os.Environ(), "PATH="+comp+":"+os.Getenv("PATH"), "CONTAINERD_ADDRESS="+dir+"/c.sock", "KUBELETISH_STATE="+dir)
-	var ctrdLog, pluginLog bytes.Buffer
+	var ctrdLog bytes.Buffer
+	var pluginLog syncbuf.Buffer
 	ctrd := exec.Command(filepath.Join(comp, "containerd"), "--config", filepath.Join(dir, "config.toml"))
 	ctrd.Env, ctrd.Stdout, ctrd.Stderr = env, &ctrdLog, &ctrdLog
 	ctrd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -137,7 +139,8 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	if !strings.Contains(got, "state=CONTAINER_RUNNING") || !strings.Contains(got, "oom_score_adj=900") {
 		t.Fatalf("inspect: %s\nplugin:\n%s", got, pluginLog.String())
 	}
-	if !strings.Contains(pluginLog.String(), "rule=init-as-pid1 phase=start oom_score_adj=500→900 oom_group=\"unsupported on cgroup v1") {
+	// The decision is logged just after the plugin's reply.
+	if !logsWithin(&pluginLog, "rule=init-as-pid1 phase=start oom_score_adj=500→900 oom_group=\"unsupported on cgroup v1", 5*time.Second) {
 		t.Fatalf("the decision must report the group unsupported:\n%s", pluginLog.String())
 	}
 
@@ -148,9 +151,19 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	if got := kubeletish("inspect", "handler"); !strings.Contains(got, "oom_score_adj=900") {
 		t.Fatalf("a container on the sysbox-runc handler: %s\nplugin:\n%s", got, pluginLog.String())
 	}
-	if !strings.Contains(pluginLog.String(), "rule=sysbox") {
+	if !logsWithin(&pluginLog, "rule=sysbox", 5*time.Second) {
 		t.Fatalf("the sysbox rule did not decide:\n%s", pluginLog.String())
 	}
+}
+
+// logsWithin reports whether log holds s within d.
+func logsWithin(log *syncbuf.Buffer, s string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); !strings.Contains(log.String(), s); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 func tail(s string) string {

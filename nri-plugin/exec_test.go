@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +68,7 @@ func TestExecdProcessSet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	p.waitBackground() // the runtime has the replies: the containers can start
 	src := &fakeExecs{batches: [][]execwatch.Event{execs(1003, 1004, 99999), execs(1002)}, errs: []error{nil, execwatch.ErrLost}}
 	p.watchExecs(context.Background(), func() (execSource, error) { return src, nil })
 	for pid, want := range map[string]string{"1003": "900\n", "1004": "-997\n", "1002": "-997\n"} {
@@ -100,6 +103,7 @@ func TestForkOfExecdProcessSet(t *testing.T) {
 	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
 		t.Fatal(err)
 	}
+	p.waitBackground()
 	src := &fakeExecs{batches: [][]execwatch.Event{
 		// 1003 exec'd (set), forked 1005 (set), which forked 1006 (set);
 		// 1007 exec'd at 900 already: its child 1008 inherited 900 in life.
@@ -126,5 +130,59 @@ func TestRecentIsBounded(t *testing.T) {
 	}
 	if r.get(10, now.Add(2*time.Minute)) != nil {
 		t.Fatal("an old entry still followed")
+	}
+}
+
+// fakeFilter is the kernel's exec filter: the cgroup ids it watches.
+type fakeFilter struct {
+	mu      sync.Mutex
+	watched map[uint64]bool
+}
+
+func (f *fakeFilter) Watch(id uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watched[id] = true
+	return nil
+}
+
+func (f *fakeFilter) Unwatch(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.watched, id)
+}
+
+// A container removed while its start's filter update (after the reply)
+// is still to run is not left watched.
+func TestRemovedBeforeFilterUpdateNotWatched(t *testing.T) {
+	var pods []*api.PodSandbox
+	var ctrs []*api.Container
+	for i := range 500 {
+		pod := nriruntime.KubeletPod(strconv.Itoa(i), "ml", "guaranteed", "runc", nil)
+		pods, ctrs = append(pods, pod), append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
+	}
+	root := fixtureNode(t, ctrs, 1)
+	cfg, err := config.Parse([]byte(readShipped(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
+	f := &fakeFilter{watched: map[uint64]bool{}}
+	var filter cgroupFilter = f
+	p.scored.filter.Store(&filter)
+	for i := range ctrs {
+		if err := p.StartContainer(context.Background(), pods[i], ctrs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.RemoveContainer(context.Background(), pods[i], ctrs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.waitBackground()
+	if n := len(f.watched); n != 0 {
+		t.Errorf("%d removed containers' cgroups still watched", n)
+	}
+	if n := len(p.scored.byID); n != 0 {
+		t.Errorf("%d removed containers still looked up by cgroup id", n)
 	}
 }

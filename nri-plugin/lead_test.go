@@ -71,7 +71,7 @@ func TestTwoInstancesOneNameAndIndex(t *testing.T) {
 	// Both set it, the same values: the second finds them set (read,
 	// compare, write), or writes what is there.
 	for _, tp := range []*testPlugin{old, surge} {
-		if l := tp.logs.String(); !strings.Contains(l, "msg=decision pod=ml/pod-1 container=main rule=init-as-pid1 phase=start") || strings.Contains(l, "standby=true") {
+		if l := tp.log(); !strings.Contains(l, "msg=decision pod=ml/pod-1 container=main rule=init-as-pid1 phase=start") || strings.Contains(l, "standby=true") {
 			t.Fatalf("an instance did not set the container:\n%s", l)
 		}
 	}
@@ -109,8 +109,8 @@ func TestStandbyNeverOverridesTheHolder(t *testing.T) {
 			if score, group := onNode(t, root, ctr); score != "900" || group != "0" {
 				t.Fatalf("started with score %s group %s, want the holder's 900 and 0", score, group)
 			}
-			if !strings.Contains(surge.logs.String(), "standby=true") {
-				t.Fatalf("the new instance did not leave the container to the holder:\n%s", surge.logs.String())
+			if !strings.Contains(surge.log(), "standby=true") {
+				t.Fatalf("the new instance did not leave the container to the holder:\n%s", surge.log())
 			}
 			old.stop()
 			waitFor(t, "the new instance's rule on the container", 2*time.Second, func() bool {

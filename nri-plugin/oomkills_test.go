@@ -99,6 +99,7 @@ func TestKillsReported(t *testing.T) {
 	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
 		t.Fatal(err)
 	}
+	p.waitBackground()
 	// The sidecar's memory.events when it started (a new cgroup counts
 	// none); the node's count of kills (/proc/vmstat) as the plugin
 	// starts, then as the kernel logs them.
@@ -115,6 +116,7 @@ func TestKillsReported(t *testing.T) {
 	if err := p.StartContainer(context.Background(), pod, other); err != nil {
 		t.Fatal(err)
 	}
+	p.waitBackground()
 	// Five kills since in the sidecar: 1002, 1008, 1007, 1008 again (the
 	// kernel counts the victim twice when it kills its group) named, one
 	// (1003) not.

@@ -354,12 +354,27 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	if g.plan.Score != nil {
 		score, err = p.startScore(g, c, ctr, err)
 	}
-	p.guardsChanged(g)
-	p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, score.String(), enforce.SettingGroup, group.String(), "reasons", dec.Reasons)...)
+	p.afterReply(func() {
+		p.guardsChanged(g)
+		p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, score.String(), enforce.SettingGroup, group.String(), "reasons", dec.Reasons)...)
+	})
 	if err != nil {
 		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
 	}
 	return nil
+}
+
+// afterReply runs f beside StartContainer's reply instead of before it:
+// the runtime holds its NRI lock until the reply, and neither the
+// decision's log line nor the exec filter is needed before the container
+// runs (nothing can exec into it before the runtime has the reply and has
+// started it).
+func (p *Plugin) afterReply(f func()) {
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		f()
+	}()
 }
 
 // startGroup sets the new cgroup's memory.oom.group, from what the runtime

@@ -150,7 +150,8 @@ func (p *Plugin) rescore(g *guard, filter cgroupFilter) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byID[id] == g {
+	// Again under s.mu: a removal's rescore may have run since (StartContainer's runs after its reply).
+	if s.byID[id] == g || !p.current(g) {
 		return
 	}
 	if filter != nil {

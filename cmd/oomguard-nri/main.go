@@ -119,6 +119,7 @@ func plugin(f flags, stderr io.Writer) int {
 	defer closer.Close()
 	log = log.With("component", "oomguard-nri")
 	log.Info("starting", "version", version.Version, "commit", version.Commit)
+	setGCPercent()
 	setMemoryLimit(log)
 	if logErr != nil {
 		log.Warn("cannot log where configured", "err", logErr)

@@ -12,6 +12,18 @@ import (
 // namespace, or v1's memory controller.
 var ownLimits = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
 
+// gcPercent is the plugin's GOGC unless the environment sets one: the
+// creation path allocates for each container, and collecting half as often
+// takes its round trip's p99 from 1.7× to 1.3× a no-op plugin's (make
+// bench), for 4 MB more after 10,000 containers; setMemoryLimit bounds it.
+const gcPercent = 200
+
+func setGCPercent() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+}
+
 // setMemoryLimit has the garbage collector work harder before the plugin
 // reaches its container's memory limit (80 % of it), unless GOMEMLIMIT says
 // otherwise: an OOM-killed plugin guards nothing while it restarts.

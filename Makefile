@@ -21,7 +21,7 @@ RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/..
 # (a count, not a duration: a duration ends in "context deadline exceeded"
 # when a worker is slow to stop on a loaded machine);
 # their corpora are in each package's testdata/fuzz.
-FUZZ := ./config:FuzzParse ./internal/glob:FuzzCheck ./internal/glob:FuzzMatch ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./internal/policy:FuzzPodUID ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
+FUZZ := ./config:FuzzParse ./internal/glob:FuzzCheck ./internal/glob:FuzzMatch ./internal/glob:FuzzMatchProg ./internal/facts:FuzzBundles ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./internal/policy:FuzzPodUID ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./doctor:FuzzParseCPUList ./doctor:FuzzParseProcTables \
 	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/execwatch:FuzzParse ./internal/execwatch:FuzzParseTaskOffsets ./internal/kmsg:FuzzParse \

@@ -7,11 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp/syntax"
+	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/oomguard/oomguard/internal/glob"
 	"github.com/oomguard/oomguard/internal/safeio"
 	"github.com/oomguard/oomguard/internal/version"
 )
@@ -44,8 +48,39 @@ func FindCached(flagValue, dir string) (*Config, error) {
 	if err != nil {
 		return nil, &LoadError{Op: "parse", Path: p, Strict: StrictIn(b), Err: err}
 	}
+	c.Compiled = compiledOf(c)
 	writeCached(dir, name, c)
 	return c, nil
+}
+
+// compiledOf compiles the expressions of the rules and the trusted
+// namespaces that would be compiled to decide (Validate parsed them).
+func compiledOf(c *Config) map[string]*syntax.Prog {
+	progs := map[string]*syntax.Prog{}
+	add := func(src string) {
+		if prog, err := glob.CompileRegexp(src); err == nil {
+			progs[src] = prog
+		}
+	}
+	globs := slices.Clone(c.Annotations.TrustedNamespaces)
+	for _, r := range c.Rules {
+		m := r.Match
+		if m.Command != "" {
+			add(m.Command)
+		}
+		globs = append(globs, m.Namespaces...)
+		globs = append(globs, m.RuntimeHandlers...)
+		globs = append(globs, m.Containers...)
+		globs = append(globs, m.Images...)
+		globs = slices.AppendSeq(globs, maps.Values(m.PodLabels))
+		globs = slices.AppendSeq(globs, maps.Values(m.Annotations))
+	}
+	for _, g := range globs {
+		if src, ok := glob.ProgramSource(g); ok {
+			add(src)
+		}
+	}
+	return progs
 }
 
 // cacheName is where the form of the configuration text b is cached in dir.
@@ -74,6 +109,11 @@ func readCached(dir, name string) (*Config, bool) {
 	d.DisallowUnknownFields()
 	if err := d.Decode(c); err != nil {
 		return nil, false
+	}
+	for _, prog := range c.Compiled {
+		if glob.CheckProg(prog) != nil {
+			return nil, false
+		}
 	}
 	return c, true
 }

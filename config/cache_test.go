@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/oomguard/oomguard/internal/glob"
 )
 
 func shipped(t *testing.T) []byte {
@@ -26,6 +28,10 @@ func TestFindCachedIsParse(t *testing.T) {
 	want, err := Parse(text)
 	if err != nil {
 		t.Fatal(err)
+	}
+	want.Compiled = compiledOf(want) // compiled once, kept with it
+	if len(want.Compiled) == 0 {
+		t.Fatal("the shipped rules have no command to keep compiled")
 	}
 	dir := filepath.Join(t.TempDir(), "cache")
 	for i, how := range []string{"parsed and cached", "from the cache"} {
@@ -58,11 +64,18 @@ func TestFindCachedRefusesForgedEntries(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(cfg, text, 0o644)
 	want, _ := Parse(text)
+	want.Compiled = compiledOf(want)
 	forged, _ := Parse(text)
 	score := -1000
 	forged.Rules = append([]Rule{{Name: "forged", OOMScoreAdj: &score}}, forged.Rules...)
 	forgedJSON, _ := json.Marshal(forged)
 	withUnknown := strings.Replace(string(forgedJSON), `{"Strict"`, `{"Unknown":1,"Strict"`, 1)
+	// A compiled command that would send the matcher outside its program.
+	forged.Compiled = compiledOf(forged)
+	for _, p := range forged.Compiled {
+		p.Inst[p.Start].Out = 1 << 30
+	}
+	badProgram, _ := json.Marshal(forged)
 	for _, tc := range []struct {
 		name  string
 		perm  os.FileMode
@@ -76,6 +89,7 @@ func TestFindCachedRefusesForgedEntries(t *testing.T) {
 		{"a directory of another user", 0o700, 65534, string(forgedJSON), false},
 		{"a field this version does not know", 0o700, -1, withUnknown, false},
 		{"not JSON", 0o700, -1, "strict = true", false},
+		{"a malformed compiled command", 0o700, -1, string(badProgram), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "cache")
@@ -127,4 +141,45 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// What a run would compile is kept compiled: the commands, and the globs
+// with a character class wherever the rules and the trusted namespaces hold
+// them.
+func TestCompiledOf(t *testing.T) {
+	c, err := Parse([]byte(`
+[annotations]
+trusted_namespaces = ["sys-[ab]"]
+[[rule]]
+name = "x"
+oom_score_adj = 900
+[rule.match]
+command = '(^|/)init$'
+namespaces = ["ml", "team-[!z]*"]
+images = ["reg/[a-c]*"]
+containers = ["main"]
+pod_labels = { tier = "[fb]e" }
+annotations = { "example.com/vm" = "tru[e]" }
+runtime_handlers = ["kata-[qf]*"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := compiledOf(c)
+	want := []string{`(^|/)init$`}
+	for _, g := range []string{"sys-[ab]", "team-[!z]*", "reg/[a-c]*", "[fb]e", "tru[e]", "kata-[qf]*"} {
+		src, ok := glob.ProgramSource(g)
+		if !ok {
+			t.Fatalf("%q runs as no program", g)
+		}
+		want = append(want, src)
+	}
+	if len(got) != len(want) {
+		t.Errorf("compiled %d programs, want %d", len(got), len(want))
+	}
+	for _, src := range want {
+		if got[src] == nil {
+			t.Errorf("%q not compiled", src)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +48,12 @@ type Config struct {
 	Missing bool `toml:"-"`
 	// Hash names the text it was parsed from (Hash); "none" for the defaults.
 	Hash string `toml:"-"`
+	// Compiled are the rules' regular expressions compiled
+	// (glob.CompileRegexp), by their source: the command expressions, and
+	// the globs with a character class (glob.ProgramSource). A cached
+	// configuration keeps them (FindCached), so that a program that decides
+	// once compiles none; absent, the policy compiles them.
+	Compiled map[string]*syntax.Prog `toml:"-" json:",omitempty"`
 }
 
 // Rule selects containers and says what they must get. Nil values leave the

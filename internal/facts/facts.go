@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -58,12 +56,36 @@ const (
 	labelContainer = "io.kubernetes.container.name"
 )
 
-// Where each runtime keeps a container's bundle, by default; compiled only
-// for a spec with both runtimes' keys, since the hook starts once per container.
-var bundles = sync.OnceValues(func() (containerd, crio *regexp.Regexp) {
-	return regexp.MustCompile(`/io\.containerd\.runtime\.v2\.task/[^/]+/[^/]+/?$`),
-		regexp.MustCompile(`/[^/]+-containers/[0-9a-f]{64}/userdata/?$`)
-})
+// containerdBundle reports whether bundle is where containerd keeps a
+// container's bundle (…/io.containerd.runtime.v2.task/NAMESPACE/ID).
+func containerdBundle(bundle string) bool {
+	parts, ok := lastParts(bundle, 3)
+	return ok && parts[0] == "io.containerd.runtime.v2.task"
+}
+
+// crioBundle reports whether bundle is where CRI-O keeps a container's
+// bundle (…/STORAGE-containers/ID/userdata).
+func crioBundle(bundle string) bool {
+	parts, ok := lastParts(bundle, 3)
+	return ok && len(parts[0]) > len("-containers") && strings.HasSuffix(parts[0], "-containers") &&
+		isHex64(parts[1]) && parts[2] == "userdata"
+}
+
+// lastParts is the last n names of path p, each non-empty and after a '/'
+// (one trailing '/' allowed): matched by hand, as the hook starts once per
+// container and a regular expression would be compiled each time.
+func lastParts(p string, n int) ([]string, bool) {
+	p = strings.TrimSuffix(p, "/")
+	parts := make([]string, n)
+	for i := n - 1; i >= 0; i-- {
+		j := strings.LastIndexByte(p, '/')
+		if j < 0 || j == len(p)-1 {
+			return nil, false
+		}
+		parts[i], p = p[j+1:], p[:j]
+	}
+	return parts, true
+}
 
 // whichRuntime tells the runtime that wrote a spec by the keys only it writes.
 // A spec with both runtimes' keys (one runtime passed the other's through
@@ -79,11 +101,10 @@ func whichRuntime(ann map[string]string, bundle string) string {
 	case !ctrd:
 		return RuntimeUnknown
 	}
-	containerdBundle, crioBundle := bundles()
 	switch {
-	case containerdBundle.MatchString(bundle):
+	case containerdBundle(bundle):
 		return RuntimeContainerd
-	case crioBundle.MatchString(bundle):
+	case crioBundle(bundle):
 		return RuntimeCRIO
 	}
 	return RuntimeUnknown
@@ -195,8 +216,7 @@ func crioHandler(root, bundle string, ann map[string]string) (string, error) {
 	if id == "" {
 		return "", nil
 	}
-	_, crioBundle := bundles()
-	if !isHex64(id) || !crioBundle.MatchString(bundle) {
+	if !isHex64(id) || !crioBundle(bundle) {
 		return "", fmt.Errorf("sandbox %q of bundle %q: not CRI-O's", id, bundle)
 	}
 	dir := filepath.Dir(filepath.Dir(filepath.Clean(bundle))) // …/overlay-containers

@@ -1,5 +1,7 @@
 // Package glob is the shell globs of oomguard's rules as regular
-// expressions: the configuration checks them, the policy compiles them.
+// expressions, and the rules' expressions as programs that match without a
+// regexp compiled (prog.go): the configuration checks them, the policy
+// compiles them, and a cached configuration keeps them compiled.
 // Unlike path.Match, '*' also matches '/', so "registry.example.com/*"
 // covers every image there. Supported: '*', '?', '[...]' with '!' or '^'
 // negation, and '\' escapes.
@@ -99,31 +101,47 @@ func CheckRegexp(expr string) error {
 
 // Pattern is a glob ready to match. One without a character class is
 // matched as it is, with nothing compiled (a hook decides once per
-// container, in a process of its own); one with a class is compiled to a
-// regular expression the first time it matches.
+// container, in a process of its own); one with a class runs as a program
+// (MatchProg), given or compiled the first time it matches.
 type Pattern struct {
 	glob string
-	re   func() (*regexp.Regexp, error)
+	prog func() *syntax.Prog
 }
 
-// Parse checks g and returns it as a Pattern.
-func Parse(g string) (Pattern, error) {
+// Parse checks g and returns it as a Pattern; compiled holds programs
+// already compiled, by their expression (ProgramSource), as a cached
+// configuration keeps them.
+func Parse(g string, compiled map[string]*syntax.Prog) (Pattern, error) {
 	if err := Check(g); err != nil {
 		return Pattern{}, err
 	}
 	p := Pattern{glob: g}
-	if strings.Contains(g, "[") {
-		p.re = sync.OnceValues(func() (*regexp.Regexp, error) { return Compile(g) })
+	if src, ok := ProgramSource(g); ok {
+		if prog := compiled[src]; prog != nil {
+			p.prog = func() *syntax.Prog { return prog }
+		} else {
+			p.prog = sync.OnceValue(func() *syntax.Prog { prog, _ := CompileRegexp(src); return prog })
+		}
 	}
 	return p, nil
+}
+
+// ProgramSource is the expression a Pattern of g runs as a program; false
+// for a glob matched as it is.
+func ProgramSource(g string) (string, bool) {
+	if !strings.Contains(g, "[") {
+		return "", false
+	}
+	src, err := Regexp(g)
+	return src, err == nil
 }
 
 // Match reports whether s matches the whole glob, as its regular
 // expression (Regexp) would: '*' and '?' match any character but a newline.
 func (p Pattern) Match(s string) bool {
-	if p.re != nil {
-		re, err := p.re()
-		return err == nil && re.MatchString(s)
+	if p.prog != nil {
+		prog := p.prog()
+		return prog != nil && MatchProg(prog, s)
 	}
 	return match(p.glob, s)
 }

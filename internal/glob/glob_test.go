@@ -71,7 +71,7 @@ func TestPattern(t *testing.T) {
 		{"team-[ab]", "team-b", true},
 		{"team-[!ab]", "team-b", false},
 	} {
-		p, err := Parse(tc.glob)
+		p, err := Parse(tc.glob, nil)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.glob, err)
 		}
@@ -87,7 +87,7 @@ func FuzzMatch(f *testing.F) {
 		f.Add(c[0], c[1])
 	}
 	f.Fuzz(func(t *testing.T, g, s string) {
-		p, err := Parse(g)
+		p, err := Parse(g, nil)
 		if err != nil {
 			return
 		}

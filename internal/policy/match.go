@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"sync"
@@ -16,16 +16,16 @@ import (
 type compiled struct {
 	namespaces, handlers, containers, images []glob.Pattern
 	labels, annotations                      map[string]glob.Pattern
-	command                                  func() *regexp.Regexp // compiled at its first use
+	command                                  func() *syntax.Prog // compiled at its first use, unless given
 	qos                                      []string
 }
 
-func compileMatch(m *config.Match) (compiled, error) {
+func compileMatch(m *config.Match, progs map[string]*syntax.Prog) (compiled, error) {
 	var errs []error
 	globs := func(field string, in []string) []glob.Pattern {
 		out := make([]glob.Pattern, 0, len(in))
 		for _, g := range in {
-			p, err := glob.Parse(g)
+			p, err := glob.Parse(g, progs)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("match.%s: %w", field, err))
 				continue
@@ -37,7 +37,7 @@ func compileMatch(m *config.Match) (compiled, error) {
 	kv := func(field string, in map[string]string) map[string]glob.Pattern {
 		out := make(map[string]glob.Pattern, len(in))
 		for _, k := range slices.Sorted(maps.Keys(in)) {
-			p, err := glob.Parse(in[k])
+			p, err := glob.Parse(in[k], progs)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("match.%s[%q]: %w", field, k, err))
 				continue
@@ -54,8 +54,12 @@ func compileMatch(m *config.Match) (compiled, error) {
 		labels:      kv("pod_labels", m.PodLabels),
 		annotations: kv("annotations", m.Annotations),
 	}
-	if cmd := m.Command; cmd != "" { // config.Validate parsed it: a rule that never matches otherwise
-		c.command = sync.OnceValue(func() *regexp.Regexp { re, _ := regexp.Compile(cmd); return re })
+	switch cmd, prog := m.Command, progs[m.Command]; {
+	case cmd == "":
+	case prog != nil:
+		c.command = func() *syntax.Prog { return prog }
+	default: // config.Validate parsed it: a rule that never matches otherwise
+		c.command = sync.OnceValue(func() *syntax.Prog { p, _ := glob.CompileRegexp(cmd); return p })
 	}
 	for _, q := range m.QoS {
 		n := strings.ToLower(q)
@@ -95,8 +99,8 @@ func (c *compiled) matches(f *Facts) bool {
 		}
 	}
 	if c.command != nil {
-		re := c.command()
-		if len(f.Args) == 0 || re == nil || !re.MatchString(Program(f.Args)) {
+		prog := c.command()
+		if len(f.Args) == 0 || prog == nil || !glob.MatchProg(prog, Program(f.Args)) {
 			return false
 		}
 	}

@@ -84,7 +84,7 @@ func New(c *config.Config) (*Policy, error) {
 	var errs []error
 	p := &Policy{ann: c.Annotations}
 	for _, g := range c.Annotations.TrustedNamespaces {
-		re, err := glob.Parse(g)
+		re, err := glob.Parse(g, c.Compiled)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("annotations.trusted_namespaces: %w", err))
 			continue
@@ -92,7 +92,7 @@ func New(c *config.Config) (*Policy, error) {
 		p.trusted = append(p.trusted, re)
 	}
 	for i, r := range c.Rules {
-		m, err := compileMatch(&r.Match)
+		m, err := compileMatch(&r.Match, c.Compiled)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("rule #%d %q: %w", i+1, r.Name, err))
 		}

@@ -2,10 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"regexp/syntax"
 	"strings"
 	"testing"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/glob"
 )
 
 // parse reads rules and the annotation policy as the configuration file
@@ -286,4 +288,44 @@ func eqPtr[T comparable](a, b *T) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// The compiled programs a configuration carries (the hook's cache) are what
+// a rule's command and its globs with a class match with: nothing is
+// compiled for them.
+func TestGivenProgramsUsed(t *testing.T) {
+	c, err := config.Parse([]byte("[[rule]]\nname = \"vm\"\noom_score_adj = 900\n[rule.match]\ncommand = '(^|/)init$'\n" +
+		"[[rule]]\nname = \"team\"\noom_score_adj = 800\n[rule.match]\nnamespaces = [\"team-[ab]\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compile := func(expr string) *syntax.Prog {
+		p, err := glob.CompileRegexp(expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	src, ok := glob.ProgramSource("team-[ab]")
+	if !ok {
+		t.Fatal("a glob with a class runs as no program")
+	}
+	c.Compiled = map[string]*syntax.Prog{`(^|/)init$`: compile(`(^|/)systemd$`), src: compile(`^team-c$`)}
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		f    Facts
+		rule string
+	}{
+		{Facts{Args: []string{"/lib/systemd/systemd"}}, "vm"},
+		{Facts{Args: []string{"/sbin/init"}}, ""},
+		{Facts{Namespace: "team-c"}, "team"},
+		{Facts{Namespace: "team-a"}, ""},
+	} {
+		if d := p.Decide(&tc.f); d.Rule != tc.rule {
+			t.Errorf("%+v: rule %q, want %q: the given programs must decide, nothing compiled again", tc.f, d.Rule, tc.rule)
+		}
+	}
 }

@@ -79,6 +79,11 @@ func benchHook(n int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		for _, p := range []*string{&floor, &hookFloor, &hook} {
+			if *p, err = installed(dir, *p); err != nil {
+				return false, err
+			}
+		}
 		cache := filepath.Join(dir, "cache")
 		times, err := timeCommands(n, withStdin("/bin/true"), withStdin(floor), withStdin(hookFloor),
 			withStdin(hook, "--config", cfg, "--cache-dir", cache), withStdin(hook, "--config", cfg, "--cache-dir", ""))

@@ -53,6 +53,12 @@ func benchInit(n int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if execFloor, err = installed(dir, execFloor); err != nil {
+			return false, err
+		}
+		if shim, err = installed(dir, shim); err != nil {
+			return false, err
+		}
 		times, err := timeCommands(n, cmd("/bin/true"), cmd(execFloor, "/bin/true"), cmd(shim, "--", "/bin/true"))
 		if err != nil {
 			return false, err

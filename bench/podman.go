@@ -28,6 +28,9 @@ func benchPodman(n int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if hook, err = installed(dir, hook); err != nil {
+			return false, err
+		}
 		empty, hooks := filepath.Join(dir, "empty.d"), filepath.Join(dir, "hooks.d")
 		os.MkdirAll(empty, 0o755)
 		if out, err := exec.Command(hook, "install", "--hooks-dir", hooks, "--hook-path", hook, "--config", cfg).CombinedOutput(); err != nil {

@@ -495,8 +495,15 @@ echo "oom-1 $(wc -l < /tmp/kills.log) unsure $(wc -l < /tmp/unsure.log)"
 		return err == nil && own+unsure >= 100, nil
 	})
 	if err != nil {
-		log, _ := r.sh(ctx, "plugin_log | grep -v msg=decision | tail -20")
-		return fmt.Errorf("%w: %q; the plugin's log:\n%s", err, counts, log)
+		// Where the kills went: the kernel's count and records, the plugin's reports by pod and how it attributed them.
+		log, _ := r.sh(ctx, `cg=$(sed -n 's/.* cgroup=\([^ ]*\).*/\1/p' /tmp/kills.log | head -1)
+echo "oom-1's memory.events: $(tr '\n' ' ' < /sys/fs/cgroup$cg/memory.events 2>&1)"
+echo "the kernel's Killed process records: $(dmesg | grep -c 'Killed process')"
+echo "reports by pod, attributed by:"; sed -n 's/.* pod=\([^ ]*\) .* attributed_by=\([a-z]*\).*/\1 \2/p' /tmp/all-kills.log | sort | uniq -c
+echo "unattributed: $(grep -c attributed=false /tmp/all-kills.log)"
+plugin_log | grep -v -e msg=decision -e 'msg="OOM kill"' | tail -15
+plugin_log | grep -F 'msg="OOM kill"' | tail -5`)
+		return fmt.Errorf("%w: %q\n%s", err, counts, log)
 	}
 	var own, unsure int
 	fmt.Sscanf(counts, "oom-1 %d unsure %d", &own, &unsure)

@@ -97,8 +97,16 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 		}
 		return string(out)
 	}
+	// Through this containerd (env), or its shims and their mounts outlive the test.
+	remove := func(name string) {
+		cmd := exec.Command(filepath.Join(comp, "kubeletish"), "remove", name)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Logf("kubeletish remove %s: %v\n%s", name, err, out)
+		}
+	}
 	t.Cleanup(func() {
-		exec.Command(filepath.Join(comp, "kubeletish"), "remove", "vm").Run()
+		remove("vm")
 		syscall.Kill(-ctrd.Process.Pid, syscall.SIGKILL)
 		ctrd.Wait()
 	})
@@ -147,7 +155,7 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	// The runtime handler is the pod's (RuntimeClass), which NRI passes with
 	// the pod: the shipped sysbox rule matches a container that is no init.
 	kubeletish("run", "handler", "--qos", "burstable", "--handler", "sysbox-runc", "--", "/bin/sleep", "2147483647")
-	t.Cleanup(func() { exec.Command(filepath.Join(comp, "kubeletish"), "remove", "handler").Run() })
+	t.Cleanup(func() { remove("handler") })
 	if got := kubeletish("inspect", "handler"); !strings.Contains(got, "oom_score_adj=900") {
 		t.Fatalf("a container on the sysbox-runc handler: %s\nplugin:\n%s", got, pluginLog.String())
 	}

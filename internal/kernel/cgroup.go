@@ -210,7 +210,7 @@ func WriteOOMGroup(root string, mode Mode, cg string, on bool) error {
 	if err != nil {
 		return err
 	}
-	return WriteFile(p, []byte(GroupValue(on)+"\n"))
+	return WriteFile(filepath.Join(root, CgroupMount), p, []byte(GroupValue(on)+"\n"))
 }
 
 // EffectiveOOMGroup reports whether an OOM kill in cgroup cg takes the whole

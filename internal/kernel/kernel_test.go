@@ -221,7 +221,7 @@ func TestOOMScoreAdj(t *testing.T) {
 	if _, err := OpenProc(root, 99); !IsGone(err) {
 		t.Fatalf("vanished pid: want not-exist, got %v", err)
 	}
-	if err := WriteFile(filepath.Join(root, "proc/99/oom_score_adj"), []byte("900\n")); !IsGone(err) {
+	if err := WriteFile(filepath.Join(root, "proc"), filepath.Join(root, "proc/99/oom_score_adj"), []byte("900\n")); !IsGone(err) {
 		t.Fatalf("vanished pid: want not-exist, got %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "proc/99")); err == nil {
@@ -493,5 +493,50 @@ func TestCgroupPidsDeepTree(t *testing.T) {
 	var unread *UnreadError
 	if !errors.As(err, &unread) || unread.Parts != 1 || !slices.Equal(pids, []int{10, 11, 12}) {
 		t.Fatalf("CgroupPids = %v, %v; want every process but the one too deep, and that part said", pids, err)
+	}
+}
+
+// The kernel's own files are written without truncation, a tree's with it:
+// a shorter value over a longer one leaves nothing behind in a tree.
+func TestWritesTruncateOnlyTrees(t *testing.T) {
+	if !kernelFS("/proc") {
+		t.Fatal("/proc is not taken for the kernel's procfs")
+	}
+	root := t.TempDir()
+	if kernelFS(filepath.Join(root, "proc")) {
+		t.Fatal("a directory of a test's tree is taken for procfs")
+	}
+	if _, remembered := kernelFSes.Load(filepath.Join(root, "proc")); remembered {
+		t.Fatal("a directory not there yet was remembered")
+	}
+	os.MkdirAll(filepath.Join(root, "proc/7"), 0o755)
+	os.WriteFile(filepath.Join(root, "proc/7/oom_score_adj"), []byte("-1000\n"), 0o644)
+	if err := WriteScore(root, 7, 900); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "proc/7/oom_score_adj")); string(b) != "900\n" {
+		t.Fatalf("a tree's file holds %q after the write", b)
+	}
+	d, err := OpenProc(root, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.SetOOMScoreAdj(5); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "proc/7/oom_score_adj")); string(b) != "5\n" {
+		t.Fatalf("a tree's file holds %q after the write through its directory", b)
+	}
+	// This process's own score, written as it is: the kernel takes it whole.
+	self, err := ReadInt("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteScore("/", os.Getpid(), self); err != nil {
+		t.Fatalf("writing the kernel's own file: %v", err)
+	}
+	if got, _ := ReadInt("/proc/self/oom_score_adj"); got != self {
+		t.Fatalf("oom_score_adj %d after writing %d", got, self)
 	}
 }

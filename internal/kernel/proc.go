@@ -42,9 +42,10 @@ func TaskComm(name string) string { return name[:min(len(name), 15)] }
 // through it reaches that process or fails with ESRCH, never a process that
 // got the pid after it exited.
 type ProcDir struct {
-	fd   int
-	pid  int
-	path string // with a trailing '/'
+	fd       int
+	pid      int
+	path     string // with a trailing '/'
+	truncate bool   // not the kernel's procfs: a tree's
 }
 
 // OpenProc opens /proc/PID under root.
@@ -54,7 +55,7 @@ func OpenProc(root string, pid int) (*ProcDir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	return &ProcDir{fd: fd, pid: pid, path: p + "/"}, nil
+	return &ProcDir{fd: fd, pid: pid, path: p + "/", truncate: !kernelFS(filepath.Join(root, "proc"))}, nil
 }
 
 // Close releases the directory.
@@ -94,7 +95,7 @@ func (d *ProcDir) SetOOMScoreAdj(v int) error {
 	if v < OOMScoreAdjMin || v > OOMScoreAdjMax {
 		return fmt.Errorf("oom_score_adj %d is outside %d..%d", v, OOMScoreAdjMin, OOMScoreAdjMax)
 	}
-	return writeAt(d.fd, d.path, "oom_score_adj", []byte(strconv.Itoa(v)+"\n"))
+	return writeAt(d.fd, d.path, "oom_score_adj", []byte(strconv.Itoa(v)+"\n"), d.truncate)
 }
 
 // WriteScore sets pid's oom_score_adj by its path.
@@ -102,7 +103,7 @@ func WriteScore(root string, pid, v int) error {
 	if v < OOMScoreAdjMin || v > OOMScoreAdjMax {
 		return fmt.Errorf("oom_score_adj %d is outside %d..%d", v, OOMScoreAdjMin, OOMScoreAdjMax)
 	}
-	return WriteFile(filepath.Join(root, "proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(v)+"\n"))
+	return WriteFile(filepath.Join(root, "proc"), filepath.Join(root, "proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(v)+"\n"))
 }
 
 // Start is when the process started, in clock ticks after boot

@@ -20,5 +20,5 @@ func ReadSysctl(root, name string) (string, error) {
 
 // WriteSysctl sets /proc/sys/NAME.
 func WriteSysctl(root, name, value string) error {
-	return WriteFile(sysctlPath(root, name), []byte(value+"\n"))
+	return WriteFile(filepath.Join(root, "proc"), sysctlPath(root, name), []byte(value+"\n"))
 }

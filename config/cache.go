@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp/syntax"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -62,23 +60,19 @@ func compiledOf(c *Config) map[string]*syntax.Prog {
 			progs[src] = prog
 		}
 	}
-	globs := slices.Clone(c.Annotations.TrustedNamespaces)
-	for _, r := range c.Rules {
-		m := r.Match
-		if m.Command != "" {
-			add(m.Command)
-		}
-		globs = append(globs, m.Namespaces...)
-		globs = append(globs, m.RuntimeHandlers...)
-		globs = append(globs, m.Containers...)
-		globs = append(globs, m.Images...)
-		globs = slices.AppendSeq(globs, maps.Values(m.PodLabels))
-		globs = slices.AppendSeq(globs, maps.Values(m.Annotations))
-	}
-	for _, g := range globs {
+	addGlob := func(_, _, g string) {
 		if src, ok := glob.ProgramSource(g); ok {
 			add(src)
 		}
+	}
+	for _, g := range c.Annotations.TrustedNamespaces {
+		addGlob("", "", g)
+	}
+	for _, r := range c.Rules {
+		if r.Match.Command != "" {
+			add(r.Match.Command)
+		}
+		r.Match.globs(addGlob)
 	}
 	return progs
 }

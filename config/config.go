@@ -430,26 +430,15 @@ func (c *Config) Validate() error {
 // check is every problem of the selector's patterns and names.
 func (m *Match) check() []error {
 	var errs []error
-	globs := func(field string, in []string) {
-		for _, g := range in {
-			if err := glob.Check(g); err != nil {
-				errs = append(errs, fmt.Errorf("match.%s: %w", field, err))
-			}
+	m.globs(func(field, key, g string) {
+		switch err := glob.Check(g); {
+		case err == nil:
+		case key == "":
+			errs = append(errs, fmt.Errorf("match.%s: %w", field, err))
+		default:
+			errs = append(errs, fmt.Errorf("match.%s[%q]: %w", field, key, err))
 		}
-	}
-	kv := func(field string, in map[string]string) {
-		for _, k := range slices.Sorted(maps.Keys(in)) {
-			if err := glob.Check(in[k]); err != nil {
-				errs = append(errs, fmt.Errorf("match.%s[%q]: %w", field, k, err))
-			}
-		}
-	}
-	globs("namespaces", m.Namespaces)
-	globs("runtime_handlers", m.RuntimeHandlers)
-	globs("containers", m.Containers)
-	globs("images", m.Images)
-	kv("pod_labels", m.PodLabels)
-	kv("annotations", m.Annotations)
+	})
 	if m.Command != "" {
 		if err := glob.CheckRegexp(m.Command); err != nil {
 			errs = append(errs, fmt.Errorf("match.command %q is not a valid regular expression: %w", m.Command, err))
@@ -461,6 +450,28 @@ func (m *Match) check() []error {
 		}
 	}
 	return errs
+}
+
+// globs calls f with every glob of the selector, its field and, for
+// pod_labels and annotations, its key, in the order the file's checks
+// report them.
+func (m *Match) globs(f func(field, key, g string)) {
+	for _, l := range []struct {
+		field string
+		gs    []string
+	}{{"namespaces", m.Namespaces}, {"runtime_handlers", m.RuntimeHandlers}, {"containers", m.Containers}, {"images", m.Images}} {
+		for _, g := range l.gs {
+			f(l.field, "", g)
+		}
+	}
+	for _, kv := range []struct {
+		field string
+		m     map[string]string
+	}{{"pod_labels", m.PodLabels}, {"annotations", m.Annotations}} {
+		for _, k := range slices.Sorted(maps.Keys(kv.m)) {
+			f(kv.field, k, kv.m[k])
+		}
+	}
 }
 
 // pluginIndex: two digits, NRI's order.

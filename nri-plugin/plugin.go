@@ -56,7 +56,7 @@ type Plugin struct {
 	byCgroup map[string]string
 	decided  map[string]decided // what each was decided on, for a reload's rules (rematch.go)
 
-	background sync.WaitGroup // Synchronize's fixes, after its reply
+	background sync.WaitGroup // work run after a handler's reply (afterReply)
 	counts     counts         // whose OOM-kill counts changed (counts.go)
 	scored     *scored        // the guarded containers with a score (scored.go)
 	execs      func() (execSource, error)
@@ -273,9 +273,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	// The counts are taken now: fresh is the handlers' map from here on.
 	containers, guarded := len(ctrs), len(fresh)
 	ids := slices.Collect(maps.Keys(known))
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
+	p.afterReply(func() {
 		var err error
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
 		for _, id := range ids {
@@ -301,11 +299,11 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		d := time.Since(start)
 		p.m.syncDuration.Set(d.Seconds())
 		p.log.Info("synchronized", "containers", containers, "guarded", guarded, "duration", d.Round(time.Microsecond))
-	}()
+	})
 	return nil, nil
 }
 
-// waitBackground waits for Synchronize's fixes to be done.
+// waitBackground waits for the work run after the handlers' replies.
 func (p *Plugin) waitBackground() { p.background.Wait() }
 
 // StartContainer decides and applies the plan to the created container,
@@ -364,11 +362,11 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	return nil
 }
 
-// afterReply runs f beside StartContainer's reply instead of before it:
-// the runtime holds its NRI lock until the reply, and neither the
-// decision's log line nor the exec filter is needed before the container
-// runs (nothing can exec into it before the runtime has the reply and has
-// started it).
+// afterReply runs f beside a handler's reply instead of before it (the
+// runtime holds its NRI lock until the reply, and drops a plugin that
+// answers Synchronize late); Run waits for it at shutdown. StartContainer's
+// log line and exec filter are not needed before the container runs:
+// nothing can exec into it before the runtime has the reply and started it.
 func (p *Plugin) afterReply(f func()) {
 	p.background.Add(1)
 	go func() {
@@ -449,12 +447,10 @@ func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *
 		}
 	}
 	if g.plan.Score != nil && g.rescoring.CompareAndSwap(false, true) {
-		p.background.Add(1)
-		go func() {
-			defer p.background.Done()
+		p.afterReply(func() {
 			g.rescoring.Store(false) // an update from now on walks again
 			p.verify(g, "update")
-		}()
+		})
 	}
 	return nil
 }

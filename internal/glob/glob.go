@@ -67,7 +67,8 @@ func Regexp(g string) (string, error) {
 	return b.String(), nil
 }
 
-// Check reports why g is not a glob Compile takes, without compiling it.
+// Check reports why g is not a glob whose expression (Regexp) Go's regexp
+// takes, without compiling it.
 func Check(g string) error {
 	src, err := Regexp(g)
 	if err != nil || !strings.Contains(g, "[") { // quoted literals, '.' and '.*' parse
@@ -77,19 +78,6 @@ func Check(g string) error {
 		return fmt.Errorf("glob %q is not valid: %w", g, err)
 	}
 	return nil
-}
-
-// Compile is g as a compiled anchored regular expression.
-func Compile(g string) (*regexp.Regexp, error) {
-	src, err := Regexp(g)
-	if err != nil {
-		return nil, err
-	}
-	re, err := regexp.Compile(src)
-	if err != nil {
-		return nil, fmt.Errorf("glob %q is not valid: %w", g, err)
-	}
-	return re, nil
 }
 
 // CheckRegexp reports why expr is not a regular expression regexp.Compile

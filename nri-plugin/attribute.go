@@ -188,11 +188,16 @@ func (p *Plugin) attribution(counting []string) attribution {
 // after it are as unsure as it was until the counts settle it.
 type killBook struct {
 	base       uint64
-	attributed uint64    // to one container, or outside every pod
-	ok         bool      // the node's count could be read
-	victim     string    // the container of the last victim the kernel chose
-	chosen     kmsg.Kill // that victim's kill: its group's members' OOM
+	attributed uint64         // to one container, or outside every pod
+	ok         bool           // the node's count could be read
+	victim     string         // the container of the last victim the kernel chose
+	chosen     kmsg.Kill      // that victim's kill: its group's members' OOM
+	members    map[int]string // its group's processes reported: their containers
 }
+
+// maxMembers bounds the group members a book keeps (a repeat of one past
+// them is not counted again).
+const maxMembers = 4096
 
 // open starts the book at the node's count now.
 func (b *killBook) open(root string) {

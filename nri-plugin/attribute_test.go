@@ -18,9 +18,10 @@ import (
 )
 
 // killed is a "Killed process" record alone, as the kernel writes it when
-// its rate limit dropped the oom-kill record, or for a group's member.
+// its rate limit dropped the oom-kill record, or for a group's member; each
+// process's memory is its own (its total-vm here).
 func killed(seq, pid int, comm string) string {
-	return fmt.Sprintf("3,%d,%d,-;Memory cgroup out of memory: Killed process %d (%s) total-vm:1000kB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:900", seq, 1000+seq, pid, comm)
+	return fmt.Sprintf("3,%d,%d,-;Memory cgroup out of memory: Killed process %d (%s) total-vm:%dkB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:900", seq, 1000+seq, pid, comm, pid)
 }
 
 // summary is an oom-kill record naming the cgroups as given.
@@ -57,6 +58,19 @@ func TestKillAttribution(t *testing.T) {
 				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
 				killed(6, 6001, "other")},
 			kills: map[int][3]int{0: {3, 0, 0}, 5: {0, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`, `oom_group_member=true`,
+				`pod=ml/pod-b container=main pid=6001 command=other oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`, `attributed_by=counters`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main"},
+		},
+		{
+			// A's member met again through its thread (its leader exited
+			// meanwhile), which the kernel counts: no kill of its own, and B's
+			// kill after it is still B's.
+			name: "group kill in A, a member again through its thread, then B's kill",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				strings.Replace(killed(6, 5002, "init"), "5002 (init)", "5003 (init-gc)", 1), killed(7, 6001, "other")},
+			kills: map[int][3]int{0: {4, 0, 0}, 6: {0, 1, 0}},
 			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`, `oom_group_member=true`,
 				`pod=ml/pod-b container=main pid=6001 command=other oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`, `attributed_by=counters`},
 			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main"},

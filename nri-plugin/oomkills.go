@@ -106,7 +106,7 @@ func (p *Plugin) watchKills(ctx context.Context, open func(oldest bool) (kmsgSou
 		return
 	}
 	go func() { <-ctx.Done(); src.Close() }()
-	var parser kmsg.Parser
+	parser := kmsg.Parser{SameProcess: func(pid, tid int) (bool, bool) { return kernel.SameProcess(p.root, pid, tid) }}
 	var book killBook
 	book.open(p.root)
 	var caughtUpTo time.Duration // kills logged before: read after the fact
@@ -183,24 +183,34 @@ func (p *Plugin) watchKills(ctx context.Context, open func(oldest bool) (kmsgSou
 // in more than one container is reported unattributed, with them, and no
 // Event is sent for it.
 func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
-	if k.Again { // the kernel counted the victim twice: so does the book
+	if k.Again { // the kernel counted a process twice: so does the book
 		if how != live { // the books were opened after it
 			return false
 		}
+		id, ok := book.victim, true
+		if k.Pid != book.chosen.Pid {
+			id, ok = book.members[k.Pid]
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		c, ok := p.known[book.victim]
-		if ok {
+		c, known := p.known[id]
+		if ok && known {
 			c.reported++
-			p.known[book.victim] = c
+			p.known[id] = c
 		}
-		return ok || book.victim == ""
+		return ok && (known || id == "")
 	}
 	a := p.attribute(k, book, how == live)
 	if a.member { // killed for the victim's OOM
 		k.Constraint, k.OOMMemcg, k.Readings = book.chosen.Constraint, book.chosen.OOMMemcg, book.chosen.Readings
+		if book.members == nil {
+			book.members = map[int]string{}
+		}
+		if len(book.members) < maxMembers {
+			book.members[k.Pid] = a.id
+		}
 	} else {
-		book.victim, book.chosen = a.id, k
+		book.victim, book.chosen, book.members = a.id, k, nil
 		if a.unsure() || a.by == byNone {
 			book.victim = "?"
 		}

@@ -59,7 +59,8 @@ func kill(seq int, constraint, oomMemcg, taskMemcg, comm string, pid, score int)
 	}
 	return []string{
 		fmt.Sprintf("6,%d,1000,-;oom-kill:constraint=%s,nodemask=(null),cpuset=x,mems_allowed=0%s,task_memcg=%s,task=%s,pid=%d,uid=0", seq, constraint, memcg, taskMemcg, comm, pid),
-		fmt.Sprintf("3,%d,1001,-;%s: Killed process %d (%s) total-vm:1000kB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:%d", seq+1, prefix, pid, comm, score),
+		// Each process's memory is its own: its total-vm here.
+		fmt.Sprintf("3,%d,1001,-;%s: Killed process %d (%s) total-vm:%dkB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:%d", seq+1, prefix, pid, comm, pid, score),
 	}
 }
 
@@ -117,10 +118,10 @@ func TestKillsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitBackground()
-	// Five kills since in the sidecar: 1002, 1008, 1007, 1008 again (the
-	// kernel counts the victim twice when it kills its group) named, one
-	// (1003) not.
-	if err := os.WriteFile(memEvents, []byte("oom 5\noom_kill 5\n"), 0o644); err != nil {
+	// Six kills since in the sidecar: 1002, 1008, 1007, 1008 again (the
+	// kernel counts the victim twice when it kills its group), 1007 again
+	// through its thread 1010, named, one (1003) not.
+	if err := os.WriteFile(memEvents, []byte("oom 6\noom_kill 6\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var recs []string
@@ -131,7 +132,8 @@ func TestKillsReported(t *testing.T) {
 	// The sidecar keeps memory.oom.group: its other process goes with the victim, which the kernel logs again.
 	recs = append(recs, kill(7, "CONSTRAINT_NONE", "", cgOther, "app2", 1008, -997)...)
 	recs = append(recs, "6,8,1002,-;Tasks in "+cgOther+" are going to be killed due to memory.oom.group set", kill(0, "", "", "", "worker2", 1007, -997)[1],
-		kill(0, "", "", "", "app2", 1008, -997)[1])
+		kill(0, "", "", "", "app2", 1008, -997)[1],
+		strings.Replace(kill(0, "", "", "", "worker2", 1007, -997)[1], "1007 (worker2)", "1010 (worker2-gc)", 1))
 	// Later, Killed process lines alone: one the sidecar counted (the
 	// node's count is its), then one outside every pod (the node's count
 	// holds it, no container's does).
@@ -139,7 +141,7 @@ func TestKillsReported(t *testing.T) {
 	recs = append(recs, later(kill(9, "CONSTRAINT_MEMCG", "", "", "rate-limited", 1003, -997)[1]), later(kill(11, "CONSTRAINT_MEMCG", "", "", "another", 1004, -997)[1]))
 	errs := make([]error, len(recs))
 	recs, errs = append(recs, ""), append(errs, kmsg.ErrLost)
-	src := &fakeKmsg{recs: recs, errs: errs, before: map[int]func(){0: vmstat(48), len(recs) - 2: vmstat(49)}}
+	src := &fakeKmsg{recs: recs, errs: errs, before: map[int]func(){0: vmstat(49), len(recs) - 2: vmstat(50)}}
 	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
 
 	out := logs.String()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,6 +254,37 @@ func TestRealProc(t *testing.T) {
 	}
 	if _, err := ProcCgroup("/", mode, pid); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSameProcess(t *testing.T) {
+	root := tree(t, map[string]string{"proc/100/task/100/stat": "", "proc/100/task/101/stat": "", "proc/101/stat": "", "proc/102/stat": "", "proc/103/task/103/stat": ""})
+	for _, tc := range []struct {
+		pid, tid    int
+		same, known bool
+	}{
+		{100, 101, true, true}, {100, 100, true, true}, // its thread; itself
+		{100, 102, false, true},                            // another process
+		{103, 101, false, true},                            // another's thread
+		{100, 104, false, false}, {105, 104, false, false}, // gone
+	} {
+		if same, known := SameProcess(root, tc.pid, tc.tid); same != tc.same || known != tc.known {
+			t.Errorf("SameProcess(%d, %d) = %v, %v; want %v, %v", tc.pid, tc.tid, same, known, tc.same, tc.known)
+		}
+	}
+	// The real /proc: a thread of this process, and the test's parent.
+	tids, done := make(chan int), make(chan struct{})
+	defer close(done)
+	go func() {
+		runtime.LockOSThread()
+		tids <- syscall.Gettid()
+		<-done
+	}()
+	if same, known := SameProcess("/", os.Getpid(), <-tids); !same || !known {
+		t.Errorf("a thread of this process: same %v known %v", same, known)
+	}
+	if same, known := SameProcess("/", os.Getpid(), os.Getppid()); same || !known {
+		t.Errorf("the parent: same %v known %v", same, known)
 	}
 }
 

@@ -34,6 +34,21 @@ func ListPids(root string) ([]int, error) {
 	return pids, nil
 }
 
+// SameProcess tells whether tid is one of the threads of process pid;
+// known is false where it cannot tell: both gone, or the thread gone from
+// a process still there.
+func SameProcess(root string, pid, tid int) (same, known bool) {
+	proc := filepath.Join(root, "proc")
+	if _, err := os.Lstat(filepath.Join(proc, strconv.Itoa(pid), "task", strconv.Itoa(tid))); err == nil {
+		return true, true
+	}
+	// A process's leader is not released while one of its threads runs.
+	if _, err := os.Lstat(filepath.Join(proc, strconv.Itoa(tid))); err == nil {
+		return false, true
+	}
+	return false, false
+}
+
 // TaskComm is name as the kernel keeps it for a task (comm, OOM reports):
 // cut to TASK_COMM_LEN-1 = 15 bytes.
 func TaskComm(name string) string { return name[:min(len(name), 15)] }

@@ -82,8 +82,9 @@ type Kill struct {
 	RSSKiB   uint64 // anon + file + shmem
 	// PgTablesKiB is the victim's page tables.
 	PgTablesKiB uint64
-	// Again is the victim killed a second time, as one of its own group:
-	// the kernel counted it twice, and it is no new kill.
+	// Again is a process killed a second time, as one of its own group
+	// (Pid and Comm are as first reported): the kernel counted it twice,
+	// and it is no new kill.
 	Again bool
 	// GroupOf is the cgroup whose tasks the kernel was killing for
 	// memory.oom.group when it printed this kill without an oom-kill line
@@ -197,12 +198,31 @@ func holds(dir, cg string) bool {
 
 // Parser assembles kills from records in the order the kernel wrote them.
 type Parser struct {
+	// SameProcess, when set, tells whether tid is one of the threads of
+	// process pid; known is false where it cannot tell (one is gone).
+	SameProcess func(pid, tid int) (same, known bool)
+
 	pending *summary // from the oom-kill line, until its Killed process line
 	last    Kill     // the last kill the kernel chose
+	lastMM  mmFigures
 	// group is the cgroup whose every task the kernel kills with last (its
 	// memory.oom.group), until the next oom-kill line or groupWindow.
 	group string
+	// printed are the processes reported in this group kill, by their
+	// memory's figures (at most maxPrinted).
+	printed  map[mmFigures][]Kill
+	nPrinted int
 }
+
+// mmFigures are what a Killed process line says of the victim's memory,
+// the same for every thread of one process.
+type mmFigures struct {
+	totalVM, anon, file, shmem, pgtables uint64
+	uid, scoreAdj                        int
+}
+
+// maxPrinted bounds the processes a group kill's repeats are looked for among.
+const maxPrinted = 4096
 
 // Clean reports whether the parser holds nothing from the records fed so
 // far that a later record could complete, at record time at: a reader that
@@ -229,6 +249,8 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	if m := groupRE.FindStringSubmatch(r.Msg); m != nil && p.last.Pid != 0 {
 		p.group = m[1]
 		p.last.Time = r.Time
+		p.printed, p.nPrinted = nil, 0
+		p.print(p.lastMM, p.last)
 		return Kill{}, false
 	}
 	if sm, ok := parseSummary(r.Msg); ok {
@@ -242,39 +264,86 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	}
 	var k Kill
 	pid, _ := strconv.Atoi(m[1])
+	var mm mmFigures
+	mm.totalVM, _ = strconv.ParseUint(m[3], 10, 64)
+	mm.anon, _ = strconv.ParseUint(m[4], 10, 64)
+	mm.file, _ = strconv.ParseUint(m[5], 10, 64)
+	mm.shmem, _ = strconv.ParseUint(m[6], 10, 64)
+	mm.uid, _ = strconv.Atoi(m[7])
+	mm.pgtables, _ = strconv.ParseUint(m[8], 10, 64)
+	mm.scoreAdj, _ = strconv.Atoi(m[9])
 	inGroup := p.group != "" && p.pending == nil && r.Time-p.last.Time <= groupWindow
-	switch {
-	case inGroup && pid == p.last.Pid:
-		k := p.last
-		k.Seq, k.Time, k.Again = r.Seq, r.Time, true
-		return k, true
-	case inGroup:
+	if inGroup {
+		first, ok := p.last, pid == p.last.Pid
+		if !ok {
+			first, ok = p.repeat(pid, m[2], mm)
+		}
+		if ok {
+			first.Seq, first.Time, first.Again = r.Seq, r.Time, true
+			return first, true
+		}
 		k = Kill{GroupOf: p.group}
-	case p.pending != nil && p.pending.pid == pid:
+	} else if p.pending != nil && p.pending.pid == pid {
 		k = Kill{Constraint: p.pending.constraint, Readings: p.pending.readings}
 		if len(k.Readings) == 1 {
 			k.OOMMemcg, k.TaskMemcg = k.Readings[0].OOM, k.Readings[0].Task
 		}
 	}
 	if !inGroup {
-		p.group = ""
+		p.group, p.printed, p.nPrinted = "", nil, 0
 	}
 	p.pending = nil
 	k.Seq, k.Time, k.Pid, k.Comm = r.Seq, r.Time, pid, m[2]
-	k.UID, _ = strconv.Atoi(m[7])
-	k.ScoreAdj, _ = strconv.Atoi(m[9])
-	k.PgTablesKiB, _ = strconv.ParseUint(m[8], 10, 64)
-	for _, i := range []int{4, 5, 6} {
-		v, _ := strconv.ParseUint(m[i], 10, 64)
-		k.RSSKiB += v
-	}
+	k.UID, k.ScoreAdj, k.PgTablesKiB = mm.uid, mm.scoreAdj, mm.pgtables
+	k.RSSKiB = mm.anon + mm.file + mm.shmem
 	if k.Constraint == "" && strings.HasPrefix(r.Msg, "Memory cgroup out of memory") {
 		k.Constraint = "CONSTRAINT_MEMCG"
 	}
-	if !inGroup {
-		p.last = k
+	if inGroup {
+		p.print(mm, k)
+	} else {
+		p.last, p.lastMM = k, mm
 	}
 	return k, true
+}
+
+// repeat finds the process a group kill's record repeats. The kernel kills
+// a group process by process, and one whose leader exits meanwhile may be
+// met again: it is printed then through the thread that still holds its
+// memory (find_lock_task_mm), with that thread's id and name and the
+// process's figures. Equal figures alone do not tell (idle copies of one
+// program have them too): the thread is looked up while it lives, and
+// otherwise only another name under the same figures is a repeat.
+func (p *Parser) repeat(pid int, comm string, mm mmFigures) (Kill, bool) {
+	for _, first := range p.printed[mm] {
+		if first.Pid == pid {
+			return first, true
+		}
+		if p.SameProcess != nil {
+			if same, known := p.SameProcess(first.Pid, pid); known {
+				if same {
+					return first, true
+				}
+				continue
+			}
+		}
+		if first.Comm != comm {
+			return first, true
+		}
+	}
+	return Kill{}, false
+}
+
+// print notes a process reported in this group kill.
+func (p *Parser) print(mm mmFigures, k Kill) {
+	if p.nPrinted >= maxPrinted {
+		return
+	}
+	if p.printed == nil {
+		p.printed = map[mmFigures][]Kill{}
+	}
+	p.printed[mm] = append(p.printed[mm], k)
+	p.nPrinted++
 }
 
 // Reader reads /dev/kmsg from the newest record on.

@@ -131,6 +131,72 @@ func TestParserKills(t *testing.T) {
 	}
 }
 
+// A group kill meets a process whose leader exited meanwhile a second time,
+// and prints it through a thread: its id and name, the process's figures.
+// The kernel's records below are those of CRI-O 1.36.3 on 6.12 in the VM
+// (a Go hog that renamed its main thread only, and two sleeps).
+func TestParserGroupRepeats(t *testing.T) {
+	const fig = "total-vm:1259452kB, anon-rss:32084kB, file-rss:1100kB, shmem-rss:0kB, UID:0 pgtables:148kB oom_score_adj:988"
+	const sleepFig = "total-vm:2408kB, anon-rss:88kB, file-rss:1024kB, shmem-rss:0kB, UID:0 pgtables:44kB oom_score_adj:988"
+	killed := func(seq, pid int, comm, fig string) string {
+		return fmt.Sprintf("3,%d,%d,-;Memory cgroup out of memory: Killed process %d (%s) %s", seq, 5000000+seq, pid, comm, fig)
+	}
+	head := []string{
+		"6,1,5000001,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=/k/podG/c,task_memcg=/k/podG/c,task=grp-hog,pid=3271,uid=0",
+		killed(2, 3271, "grp-hog", fig),
+		"6,3,5000003,-;Tasks in /k/podG/c are going to be killed due to memory.oom.group set",
+		killed(4, 3271, "grp-hog", fig),
+	}
+	for _, tc := range []struct {
+		name    string
+		records []string
+		threads map[[2]int]bool // {pid, tid}: known, same
+		want    []string
+	}{
+		{"the victim through a renamed thread", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3716, "hog", fig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep", "3271 grp-hog again"}},
+		// Idle copies of one program: the same figures, each its own process.
+		{"copies of one program", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3302, "sleep", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep", "3302 sleep"}},
+		{"a thread of the same name, still there", append(head[:4:4], killed(5, 3716, "grp-hog", fig)),
+			map[[2]int]bool{{3271, 3716}: true}, []string{"3271 grp-hog", "3271 grp-hog again", "3271 grp-hog again"}},
+		{"another process, still there", append(head[:4:4], killed(5, 3716, "hog", fig)),
+			map[[2]int]bool{{3271, 3716}: false}, []string{"3271 grp-hog", "3271 grp-hog again", "3716 hog"}},
+		{"a member through its thread", append(head[:4:4], killed(5, 3300, "worker", sleepFig), killed(6, 3310, "worker-io", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 worker", "3300 worker again"}},
+		// The next group kill starts its own list.
+		{"another group's copy", append(head[:4:4], killed(5, 3300, "sleep", sleepFig),
+			"6,6,7000000,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=/k/podH/c,task_memcg=/k/podH/c,task=hog,pid=4000,uid=0",
+			killed(7, 4000, "hog", fig),
+			"6,8,7000002,-;Tasks in /k/podH/c are going to be killed due to memory.oom.group set",
+			killed(9, 4001, "sleeper", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "4000 hog", "4001 sleeper"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p Parser
+			if tc.threads != nil {
+				p.SameProcess = func(pid, tid int) (bool, bool) {
+					same, known := tc.threads[[2]int{pid, tid}]
+					return same, known
+				}
+			}
+			var got []string
+			for _, s := range tc.records {
+				if k, ok := p.Feed(rec(t, s)); ok {
+					g := fmt.Sprintf("%d %s", k.Pid, k.Comm)
+					if k.Again {
+						g += " again"
+					}
+					got = append(got, g)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("kills %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestGlobal(t *testing.T) {
 	for c, want := range map[string]bool{"": true, "CONSTRAINT_NONE": true, "CONSTRAINT_MEMCG": false, "CONSTRAINT_CPUSET": false} {
 		if (Kill{Constraint: c}).Global() != want {

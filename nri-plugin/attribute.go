@@ -189,6 +189,7 @@ func (p *Plugin) attribution(counting []string) attribution {
 type killBook struct {
 	base       uint64
 	attributed uint64         // to one container, or outside every pod
+	seen       uint64         // every kill read as the kernel logged it
 	ok         bool           // the node's count could be read
 	victim     string         // the container of the last victim the kernel chose
 	chosen     kmsg.Kill      // that victim's kill: its group's members' OOM

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/kmsg"
 	"github.com/oomguard/oomguard/test/nriruntime"
 )
 
@@ -23,6 +24,13 @@ import (
 func killed(seq, pid int, comm string) string {
 	return fmt.Sprintf("3,%d,%d,-;Memory cgroup out of memory: Killed process %d (%s) total-vm:%dkB, anon-rss:500kB, file-rss:20kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:900", seq, 1000+seq, pid, comm, pid)
 }
+
+// In a test's records: the kernel overwrote records unread here; no
+// record was waiting here (the log read up to now).
+const (
+	lostRecords = "(lost)"
+	quietLog    = "(quiet)"
+)
 
 // summary is an oom-kill record naming the cgroups as given.
 func summary(seq int, oomMemcg, taskMemcg, comm string, pid int) string {
@@ -49,6 +57,10 @@ func TestKillAttribution(t *testing.T) {
 		want         []string // in the log, in order
 		events       []string
 		unattributed float64
+		series       string // the kill counter's, when given
+		// now, when given, is the log's clock (kmsg.Now) as the records are
+		// read; and the log is never quiet for long enough (lostWait 0).
+		now time.Duration
 	}{
 		{
 			// memory.oom.group kills A's every process; within the second a
@@ -125,6 +137,58 @@ func TestKillAttribution(t *testing.T) {
 			events:  []string{"ml/pod-a main"},
 		},
 		{
+			// Records overwritten before they were read: once the log is
+			// read up to now, each container's count beyond the kills told
+			// there is its kills lost, and the node's count the rest.
+			name: "records overwritten, told by container",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"), lostRecords,
+				summary(20, cgA, cgA, "hog", 5010), killed(21, 5010, "hog"), quietLog, quietLog, summary(30, cgB, cgB, "x", 6001), killed(31, 6001, "x")},
+			kills: map[int][3]int{0: {1, 0, 0}, 2: {4, 2, 1}, 7: {0, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001`, `pod=ml/pod-a container=main pid=5010`,
+				`msg="OOM kills whose kernel records were overwritten before oomguard read them" pod=ml/pod-a container=main kills=3 kind=unknown`,
+				`msg="OOM kills whose kernel records were overwritten before oomguard read them" pod=ml/pod-b container=main kills=2 kind=unknown`,
+				`msg="OOM kills whose kernel records were overwritten before oomguard read them" kills=1 kind=unknown outside_every_pod=true`,
+				`pod=ml/pod-b container=main pid=6001`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-b main", "ml/pod-b main", "ml/pod-b main"},
+			series: "///unknown=1 ml/pod-a/main/container=2 ml/pod-b/main/container=1 ml/pod-a/main/unknown=3 ml/pod-b/main/unknown=2",
+		},
+		{
+			// A kill counted as the log went quiet, logged as the counts
+			// were read: told as itself, not among the kills lost.
+			name: "records overwritten, a kill logged as the counts were read",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"), lostRecords,
+				quietLog, summary(20, cgA, cgA, "hog", 5010), killed(21, 5010, "hog"), quietLog, quietLog},
+			kills: map[int][3]int{0: {1, 0, 0}, 2: {3, 0, 0}, 3: {1, 0, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001`, `pod=ml/pod-a container=main pid=5010`,
+				`pod=ml/pod-a container=main kills=3 kind=unknown`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-a main"},
+			series: "ml/pod-a/main/container=2 ml/pod-a/main/unknown=3",
+		},
+		{
+			// The same, the log never quiet: the kills lost are told once a
+			// record read is one just logged (B's 6001 after A's 5010).
+			name: "records overwritten, the log never quiet",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"), lostRecords,
+				summary(20, cgA, cgA, "hog", 5010), killed(21, 5010, "hog"), summary(30, cgB, cgB, "x", 6001), killed(31, 6001, "x")},
+			kills: map[int][3]int{0: {1, 0, 0}, 2: {4, 2, 1}, 5: {0, 1, 0}},
+			now:   1021*time.Microsecond + lostQuiet - time.Microsecond, // killed(21) is just logged, summary(20) not
+			want: []string{`pod=ml/pod-a container=main pid=5001`, `pod=ml/pod-a container=main pid=5010`,
+				`pod=ml/pod-a container=main kills=3 kind=unknown`, `pod=ml/pod-b container=main kills=2 kind=unknown`, `kills=1 kind=unknown outside_every_pod=true`,
+				`pod=ml/pod-b container=main pid=6001`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-b main", "ml/pod-b main", "ml/pod-b main"},
+		},
+		{
+			// A kill told without its container (either could owe it): the
+			// containers' counts no longer tell the lost ones apart.
+			name:    "records overwritten after a kill told without its container",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"), lostRecords, killed(20, 5010, "hog"), quietLog, quietLog},
+			kills:   map[int][3]int{0: {1, 0, 0}, 2: {4, 2, 1}},
+			want: []string{`pod=ml/pod-a container=main pid=5001`, `pid=5010 command=hog`, `attributed=false candidates="ml/pod-a/main, ml/pod-b/main, //(a process outside every pod)"`,
+				`kills=6 kind=unknown attributed=false candidates="ml/pod-a/main, ml/pod-b/main, //(a process outside every pod)"`},
+			events:       []string{"ml/pod-a main"},
+			unattributed: 7,
+		},
+		{
 			// A kill the node counted and no container did: outside every pod.
 			name:    "a kill outside every pod",
 			records: []string{killed(1, 7001, "daemon")},
@@ -151,6 +215,11 @@ func TestKillAttribution(t *testing.T) {
 			p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 			rec := &fakeRecorder{}
 			p.events = rec
+			if tc.now != 0 {
+				p.kmsgNow = func() time.Duration { return tc.now }
+				defer func(w time.Duration) { lostWait = w }(lostWait)
+				lostWait = 0
+			}
 			startAll(t, p, []*api.PodSandbox{podA, podB}, []*api.Container{a, b})
 			var inA, inB, all int
 			before := map[int]func(){}
@@ -162,7 +231,11 @@ func TestKillAttribution(t *testing.T) {
 					vmstat(100 + all)
 				}
 			}
-			src := &fakeKmsg{recs: tc.records, errs: make([]error, len(tc.records)), before: before}
+			errs := make([]error, len(tc.records))
+			for i, r := range tc.records {
+				errs[i] = map[string]error{lostRecords: kmsg.ErrLost, quietLog: os.ErrDeadlineExceeded}[r]
+			}
+			src := &fakeKmsg{recs: tc.records, errs: errs, before: before}
 			p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
 			out := logs.String()
 			at := 0
@@ -182,6 +255,9 @@ func TestKillAttribution(t *testing.T) {
 			}
 			if n := counted(t, p.m, "oomguard_oom_kills_unattributed_total"); n != tc.unattributed {
 				t.Errorf("unattributed kills %v, want %v", n, tc.unattributed)
+			}
+			if got := killSeries(t, p.m); tc.series != "" && got != tc.series {
+				t.Errorf("kill series %s, want %s", got, tc.series)
 			}
 		})
 	}

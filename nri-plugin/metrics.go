@@ -81,7 +81,7 @@ func NewMetrics() *Metrics {
 		execLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_exec_events_lost_total",
 			Help: "Times the kernel dropped process events (execs came faster than read); the verifier finds what they missed."}),
 		kills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_oom_kills_total",
-			Help: "OOM kills the kernel logged in pods, by namespace, pod, container (empty when the runtime did not name it) and kind (container, parent, node); a container's series go when it is removed."},
+			Help: "OOM kills the kernel logged in pods, by namespace, pod, container (empty when the runtime did not name it) and kind (container, parent, limit, node, unknown); a container's series go when it is removed."},
 			[]string{"namespace", "pod", "container", "kind"}),
 		daemonKills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_daemon_oom_kills_total",
 			Help: "OOM kills of processes outside every pod (node daemons: sshd, kubelet, the runtime, …), by kind."}, []string{"kind"}),

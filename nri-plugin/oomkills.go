@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ import (
 // kmsgSource is the kernel's log (kmsg.Reader), or a test's.
 type kmsgSource interface {
 	Read() (kmsg.Record, error)
+	// SetDeadline makes a Read waiting past t fail with os.ErrDeadlineExceeded.
+	SetDeadline(t time.Time) error
 	Close() error
 }
 
@@ -55,6 +58,7 @@ const (
 	KillParent    = "parent"    // a limit above it: its pod's, its QoS class's
 	KillLimit     = "limit"     // a memory limit; which one, the kernel did not say (its rate limit)
 	KillNode      = "node"      // the node ran out (a global OOM)
+	KillUnknown   = "unknown"   // its record was overwritten before it was read
 )
 
 // ctrInfo names a container the runtime told the plugin of, and where its
@@ -132,13 +136,45 @@ func (p *Plugin) watchKills(ctx context.Context, open func(oldest bool) (kmsgSou
 	}
 	defer pw.close()
 	first := resume
+	var lostAt time.Time // records were overwritten then: their kills are told once the log is read up to now
+	tellLost := func(t lostTally) {
+		lostAt = time.Time{}
+		src.SetDeadline(time.Time{})
+		p.tellLost(t, &book)
+	}
+	var ahead *kmsgRead // read while the kills lost were counted: handled first
 	for ctx.Err() == nil {
-		rec, err := src.Read()
+		var rec kmsg.Record
+		var err error
+		if ahead != nil {
+			rec, err, ahead = ahead.rec, ahead.err, nil
+		} else {
+			if !lostAt.IsZero() {
+				src.SetDeadline(time.Now().Add(lostQuiet))
+			}
+			rec, err = src.Read()
+		}
 		switch {
 		case errors.Is(err, kmsg.ErrLost):
 			p.m.kmsgLost.Inc()
-			p.log.Warn("kernel log records were overwritten before oomguard read them; OOM kills among them are not reported (guarded containers' are still counted from memory.events)")
-			p.rebase(&book)
+			p.log.Warn("kernel log records were overwritten before oomguard read them; the OOM kills among them are reported by container, from the kernel's counts, once the records left are read")
+			switch {
+			case src.SetDeadline(time.Now().Add(lostQuiet)) != nil:
+				p.rebase(&book) // no quiet to wait for: those kills go untold
+			case lostAt.IsZero():
+				lostAt = time.Now()
+			}
+			continue
+		case !lostAt.IsZero() && errors.Is(err, os.ErrDeadlineExceeded):
+			// Read up to now: the counts hold the kills lost, unless one
+			// was logged while they were read (its count may be in them).
+			t := p.countLost()
+			src.SetDeadline(time.Now().Add(time.Millisecond))
+			if r, err := src.Read(); !errors.Is(err, os.ErrDeadlineExceeded) {
+				ahead = &kmsgRead{r, err}
+				continue
+			}
+			tellLost(t)
 			continue
 		case err != nil:
 			if ctx.Err() == nil {
@@ -168,12 +204,19 @@ func (p *Plugin) watchKills(ctx context.Context, open func(oldest bool) (kmsgSou
 			if p.reportKill(k, &book, how) && how == live {
 				book.attributed++
 			}
+			if how == live {
+				book.seen++
+			}
 			if how != reportedBefore {
 				pw.reported(k.Seq)
 			}
 		}
 		if parser.Clean(rec.Time) {
 			pw.clean(rec.Seq)
+		}
+		// A log never quiet (a process writing it without a pause): read up to now will do.
+		if !lostAt.IsZero() && time.Since(lostAt) > lostWait && p.kmsgNow()-rec.Time < lostQuiet {
+			tellLost(p.countLost())
 		}
 	}
 }
@@ -374,26 +417,133 @@ func (p *Plugin) logLargest(g *guard) {
 	p.log.Info("largest processes after the OOM kill", g.attrs("processes", b.String())...)
 }
 
-// rebase starts the books anew after the kernel overwrote records: the
-// kills among them can never be reported.
-func (p *Plugin) rebase(book *killBook) {
-	book.open(p.root)
-	p.mu.Lock()
-	var ids []string
-	for id, c := range p.known {
-		if c.counted {
-			ids = append(ids, id)
+// lostQuiet is how long the log must hold no record unread before the
+// kills whose records were overwritten are told: every record left has
+// been read then, and the counts hold those kills beside the ones told.
+const lostQuiet = 50 * time.Millisecond
+
+// lostWait bounds the wait for that quiet: after it, the kills lost are
+// told once a record read is one just logged.
+var lostWait = 5 * time.Second
+
+// kmsgRead is one Read's result.
+type kmsgRead struct {
+	rec kmsg.Record
+	err error
+}
+
+// lostTally is what the counts say of the kills whose records were lost.
+type lostTally struct {
+	node    uint64
+	nodeErr error
+	counts  map[string]uint64 // every counted container's, as read
+	losses  []containerLoss   // the containers whose count holds kills not reported
+	inPods  uint64            // their sum
+}
+
+// containerLoss is a container's kills whose records were lost.
+type containerLoss struct {
+	info ctrInfo
+	n    uint64
+}
+
+// countLost reads the counts, the node's and every container's, once the
+// log is read up to now: a container's count beyond the kills reported
+// there holds kills whose records were lost.
+func (p *Plugin) countLost() lostTally {
+	t := lostTally{counts: map[string]uint64{}}
+	t.node, t.nodeErr = kernel.NodeOOMKills(p.root)
+	for _, id := range p.countedIDs() {
+		n, ok := p.oomKillCount(id)
+		if !ok {
+			continue
+		}
+		t.counts[id] = n
+		if c, still := p.knownID(id); still && n > c.base+c.reported {
+			t.losses = append(t.losses, containerLoss{c, n - c.base - c.reported})
+			t.inPods += n - c.base - c.reported
 		}
 	}
-	p.mu.Unlock()
-	for _, id := range ids {
-		n, ok := p.oomKillCount(id)
-		p.mu.Lock()
-		if c, still := p.known[id]; ok && still {
+	return t
+}
+
+// tellLost tells the kills whose records the kernel overwrote: by
+// container, the kills each count holds beyond those reported there, when
+// the node's count (every kill since the books opened, less those read)
+// says nothing else is in them and every kill read was told with its
+// container; otherwise their number, with the containers they may have
+// been in. The books start anew from the counts read. A kill the kernel
+// counted and had not logged yet as they were read (it counts first), or
+// logged and not read yet (past lostWait), is told twice, once here.
+func (p *Plugin) tellLost(t lostTally, book *killBook) {
+	node, nodeErr, losses, inPods := t.node, t.nodeErr, t.losses, t.inPods
+	all, exact, outsideToo := inPods, false, true
+	if nodeErr == nil && book.ok && node >= book.base {
+		since := node - book.base
+		all = since - min(book.seen, since)
+		outsideToo = since-min(book.attributed, since) > inPods
+		exact = inPods <= all && book.seen == book.attributed // a kill told without its container is in some count
+	}
+	const msg = "OOM kills whose kernel records were overwritten before oomguard read them"
+	switch {
+	case !exact && all > 0:
+		var names []string
+		for _, l := range losses {
+			names = append(names, escape.Terminal(l.info.namespace+"/"+l.info.pod+"/"+l.info.name))
+		}
+		if outsideToo {
+			names = append(names, "//"+outside.name)
+		}
+		p.m.unattributed.WithLabelValues(KillUnknown).Add(float64(all))
+		// Why not by container: the containers' counts against the node's, and kills read that no count could place.
+		p.log.Warn(msg, "kills", all, "kind", KillUnknown, "attributed", false, "candidates", strings.Join(names, ", "),
+			"in_containers", inPods, "read_unplaced", book.seen-min(book.attributed, book.seen))
+	case exact:
+		for _, l := range losses {
+			p.m.kills.WithLabelValues(l.info.namespace, l.info.pod, l.info.name, KillUnknown).Add(float64(l.n))
+			p.log.Warn(msg, "pod", l.info.namespace+"/"+l.info.pod, "container", l.info.name, "kills", l.n, "kind", KillUnknown)
+			for i := uint64(0); p.events != nil && i < min(l.n, maxLostEvents); i++ {
+				p.events.Warning(podevents.Pod{Namespace: l.info.namespace, Name: l.info.pod, UID: l.info.podUID}, l.info.name, EventReason, lostMessage)
+			}
+		}
+		if outside := all - inPods; outside > 0 {
+			p.m.kills.WithLabelValues("", "", "", KillUnknown).Add(float64(outside))
+			p.log.Warn(msg, "kills", outside, "kind", KillUnknown, "outside_every_pod", true)
+		}
+	}
+	p.restart(book, node, nodeErr, t.counts)
+}
+
+// maxLostEvents bounds the Events one loss raises a container's count by.
+const maxLostEvents = 1000
+
+// lostMessage is the Event of a kill whose record the kernel overwrote.
+const lostMessage = "a process was killed by the OOM killer; the kernel's record of it was overwritten before oomguard read it, so which process and which limit are unknown"
+
+// rebase starts the books anew after the kernel overwrote records it
+// cannot wait to read past: the kills among them can never be reported.
+func (p *Plugin) rebase(book *killBook) {
+	node, nodeErr := kernel.NodeOOMKills(p.root)
+	counts := map[string]uint64{}
+	for _, id := range p.countedIDs() {
+		if n, ok := p.oomKillCount(id); ok {
+			counts[id] = n
+		}
+	}
+	p.restart(book, node, nodeErr, counts)
+}
+
+// restart opens the books at the counts given: the node's, and the
+// containers' (those not read keep theirs).
+func (p *Plugin) restart(book *killBook, node uint64, nodeErr error, counts map[string]uint64) {
+	*book = killBook{base: node, ok: nodeErr == nil}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, n := range counts {
+		if c, still := p.known[id]; still {
 			c.base, c.reported = n, 0
 			p.known[id] = c
 		}
-		p.mu.Unlock()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -45,7 +46,8 @@ func (f *fakeKmsg) Read() (kmsg.Record, error) {
 	}
 	return kmsg.ParseRecord([]byte(s))
 }
-func (f *fakeKmsg) Close() error { return nil }
+func (f *fakeKmsg) SetDeadline(time.Time) error { return nil }
+func (f *fakeKmsg) Close() error                { return nil }
 
 // kill is the kernel's two lines for one OOM kill.
 func kill(seq int, constraint, oomMemcg, taskMemcg, comm string, pid, score int) []string {

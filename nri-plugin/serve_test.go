@@ -66,7 +66,8 @@ func (b blockingExecs) Read([]execwatch.Event) ([]execwatch.Event, error) { retu
 
 type blockingKmsg struct{ *blockingSource }
 
-func (b blockingKmsg) Read() (kmsg.Record, error) { return kmsg.Record{}, b.wait() }
+func (b blockingKmsg) Read() (kmsg.Record, error)  { return kmsg.Record{}, b.wait() }
+func (b blockingKmsg) SetDeadline(time.Time) error { return nil }
 
 // stopCondition records what the node's condition said, and what had
 // stopped when it said the plugin stopped.

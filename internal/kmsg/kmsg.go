@@ -395,6 +395,10 @@ func (r *Reader) Read() (Record, error) {
 	}
 }
 
+// SetDeadline makes a Read waiting past t fail with os.ErrDeadlineExceeded
+// (the zero time: none).
+func (r *Reader) SetDeadline(t time.Time) error { return r.f.SetReadDeadline(t) }
+
 // Close ends a Read waiting.
 func (r *Reader) Close() error { return r.f.Close() }
 

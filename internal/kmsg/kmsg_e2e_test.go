@@ -3,6 +3,7 @@
 package kmsg
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -58,5 +59,47 @@ func TestE2EReadKmsg(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the line written was not read")
+	}
+}
+
+// A Read waiting on the real /dev/kmsg ends at its deadline, and reads
+// again once the deadline is cleared.
+func TestE2EReadDeadline(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for /dev/kmsg")
+	}
+	r, err := Open("/dev/kmsg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	quiet := false
+	for range 20 { // the kernel may log meanwhile
+		if err := r.SetDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+			t.Fatalf("SetDeadline on /dev/kmsg: %v", err)
+		}
+		if _, err := r.Read(); errors.Is(err, os.ErrDeadlineExceeded) {
+			quiet = true
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !quiet {
+		t.Fatal("no Read ended at its deadline")
+	}
+	r.SetDeadline(time.Time{})
+	marker := fmt.Sprintf("oomguard-kmsg-deadline-%d", time.Now().UnixNano())
+	if err := os.WriteFile("/dev/kmsg", []byte(marker+"\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		rec, err := r.Read()
+		if err != nil {
+			t.Fatalf("after the deadline was cleared: %v", err)
+		}
+		if strings.Contains(rec.Msg, marker) {
+			return
+		}
 	}
 }

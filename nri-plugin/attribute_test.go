@@ -300,6 +300,38 @@ func TestKillToldLate(t *testing.T) {
 	}
 }
 
+// The runtime drops a plugin it waited on too long and takes it back
+// (Synchronize again): the books of the kills stay, so that a kill counted
+// before, whose record is read after, is still its container's.
+func TestResyncKeepsTheBooks(t *testing.T) {
+	podA := nriruntime.KubeletPod("a", "ml", "guaranteed", "runc", nil)
+	podB := nriruntime.KubeletPod("b", "ml", "guaranteed", "runc", nil)
+	a := nriruntime.KubeletContainer(podA, "main", -997, "/sbin/init")
+	b := nriruntime.KubeletContainer(podB, "main", -997, "/sbin/init")
+	root := fixtureNode(t, []*api.Container{a, b}, 1)
+	count := func(c *api.Container, n int) {
+		f := filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.events")
+		os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
+	}
+	count(a, 0)
+	count(b, 0)
+	os.WriteFile(filepath.Join(root, "proc/vmstat"), []byte("oom_kill 100\n"), 0o644)
+	var logs bytes.Buffer
+	p := New(Options{Config: config.Default(), Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
+	pods, ctrs := []*api.PodSandbox{podA, podB}, []*api.Container{a, b}
+	startAll(t, p, pods, ctrs)
+	count(a, 1) // a kill in A, its record not read yet
+	if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
+		t.Fatal(err)
+	}
+	p.waitBackground()
+	src := &fakeKmsg{recs: []string{killed(1, 5001, "hog")}, errs: make([]error, 1)}
+	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	if out := logs.String(); !strings.Contains(out, "pod=ml/pod-a container=main pid=5001") {
+		t.Fatalf("a kill counted in A before the runtime took the plugin back, read after, must be A's:\n%s", out)
+	}
+}
+
 // startAll starts ctrs[i] of pods[i] through the plugin, as the runtime does.
 func startAll(t *testing.T, p *Plugin, pods []*api.PodSandbox, ctrs []*api.Container) {
 	t.Helper()

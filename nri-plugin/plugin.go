@@ -258,6 +258,12 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		fixes = append(fixes, fix{g, c})
 	}
 	p.mu.Lock()
+	for id, c := range known { // a reconnection: the kills counted and reported so far stay in the books
+		if old, ok := p.known[id]; ok && old.counted {
+			c.base, c.reported, c.counted = old.base, old.reported, true
+			known[id] = c
+		}
+	}
 	p.guarded, p.known = fresh, known
 	p.reindexLocked()
 	p.mu.Unlock()

@@ -268,15 +268,7 @@ func TestKillAttribution(t *testing.T) {
 // kernel has raised but not yet told of, and not settle on another that
 // merely owes.
 func TestKillToldLate(t *testing.T) {
-	podA := nriruntime.KubeletPod("a", "ml", "guaranteed", "runc", nil)
-	podB := nriruntime.KubeletPod("b", "ml", "guaranteed", "runc", nil)
-	a := nriruntime.KubeletContainer(podA, "main", -997, "/sbin/init")
-	b := nriruntime.KubeletContainer(podB, "main", -997, "/sbin/init")
-	root := fixtureNode(t, []*api.Container{a, b}, 1)
-	count := func(c *api.Container, n int) {
-		f := filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.events")
-		os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
-	}
+	podA, podB, a, b, root, count := twoGuarded(t)
 	vmstat := func(n int) {
 		os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
 	}
@@ -304,15 +296,7 @@ func TestKillToldLate(t *testing.T) {
 // (Synchronize again): the books of the kills stay, so that a kill counted
 // before, whose record is read after, is still its container's.
 func TestResyncKeepsTheBooks(t *testing.T) {
-	podA := nriruntime.KubeletPod("a", "ml", "guaranteed", "runc", nil)
-	podB := nriruntime.KubeletPod("b", "ml", "guaranteed", "runc", nil)
-	a := nriruntime.KubeletContainer(podA, "main", -997, "/sbin/init")
-	b := nriruntime.KubeletContainer(podB, "main", -997, "/sbin/init")
-	root := fixtureNode(t, []*api.Container{a, b}, 1)
-	count := func(c *api.Container, n int) {
-		f := filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.events")
-		os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
-	}
+	podA, podB, a, b, root, count := twoGuarded(t)
 	count(a, 0)
 	count(b, 0)
 	os.WriteFile(filepath.Join(root, "proc/vmstat"), []byte("oom_kill 100\n"), 0o644)
@@ -330,6 +314,21 @@ func TestResyncKeepsTheBooks(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "pod=ml/pod-a container=main pid=5001") {
 		t.Fatalf("a kill counted in A before the runtime took the plugin back, read after, must be A's:\n%s", out)
 	}
+}
+
+// twoGuarded is a node of two pods, each with a guarded container, and how
+// to set a container's memory.events count of kills.
+func twoGuarded(t *testing.T) (podA, podB *api.PodSandbox, a, b *api.Container, root string, count func(*api.Container, int)) {
+	podA = nriruntime.KubeletPod("a", "ml", "guaranteed", "runc", nil)
+	podB = nriruntime.KubeletPod("b", "ml", "guaranteed", "runc", nil)
+	a = nriruntime.KubeletContainer(podA, "main", -997, "/sbin/init")
+	b = nriruntime.KubeletContainer(podB, "main", -997, "/sbin/init")
+	root = fixtureNode(t, []*api.Container{a, b}, 1)
+	count = func(c *api.Container, n int) {
+		f := filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.events")
+		os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
+	}
+	return podA, podB, a, b, root, count
 }
 
 // startAll starts ctrs[i] of pods[i] through the plugin, as the runtime does.

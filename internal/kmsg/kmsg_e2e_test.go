@@ -14,14 +14,7 @@ import (
 // The real /dev/kmsg (root): the reader starts at the newest record, hands
 // out what is written after it in order, and a process's line is no kill.
 func TestE2EReadKmsg(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for /dev/kmsg")
-	}
-	r, err := Open("/dev/kmsg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openNewest(t)
 	marker := fmt.Sprintf("oomguard-kmsg-test-%d", time.Now().UnixNano())
 	line := "Out of memory: Killed process 1 (" + marker + ") total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0"
 	if err := os.WriteFile("/dev/kmsg", []byte(line+"\n"), 0); err != nil {
@@ -65,14 +58,7 @@ func TestE2EReadKmsg(t *testing.T) {
 // A Read waiting on the real /dev/kmsg ends at its deadline, and reads
 // again once the deadline is cleared.
 func TestE2EReadDeadline(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for /dev/kmsg")
-	}
-	r, err := Open("/dev/kmsg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openNewest(t)
 	quiet := false
 	for range 20 { // the kernel may log meanwhile
 		if err := r.SetDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
@@ -102,4 +88,18 @@ func TestE2EReadDeadline(t *testing.T) {
 			return
 		}
 	}
+}
+
+// openNewest opens the real /dev/kmsg at its end (root), closed with the test.
+func openNewest(t *testing.T) *Reader {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for /dev/kmsg")
+	}
+	r, err := Open("/dev/kmsg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

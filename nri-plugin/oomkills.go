@@ -511,7 +511,7 @@ func (p *Plugin) tellLost(t lostTally, book *killBook) {
 			p.log.Warn(msg, "kills", outside, "kind", KillUnknown, "outside_every_pod", true)
 		}
 	}
-	p.restart(book, node, nodeErr, t.counts)
+	p.restart(book, t)
 }
 
 // maxLostEvents bounds the Events one loss raises a container's count by.
@@ -522,24 +522,15 @@ const lostMessage = "a process was killed by the OOM killer; the kernel's record
 
 // rebase starts the books anew after the kernel overwrote records it
 // cannot wait to read past: the kills among them can never be reported.
-func (p *Plugin) rebase(book *killBook) {
-	node, nodeErr := kernel.NodeOOMKills(p.root)
-	counts := map[string]uint64{}
-	for _, id := range p.countedIDs() {
-		if n, ok := p.oomKillCount(id); ok {
-			counts[id] = n
-		}
-	}
-	p.restart(book, node, nodeErr, counts)
-}
+func (p *Plugin) rebase(book *killBook) { p.restart(book, p.countLost()) }
 
-// restart opens the books at the counts given: the node's, and the
+// restart opens the books at the counts read: the node's, and the
 // containers' (those not read keep theirs).
-func (p *Plugin) restart(book *killBook, node uint64, nodeErr error, counts map[string]uint64) {
-	*book = killBook{base: node, ok: nodeErr == nil}
+func (p *Plugin) restart(book *killBook, t lostTally) {
+	*book = killBook{base: t.node, ok: t.nodeErr == nil}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for id, n := range counts {
+	for id, n := range t.counts {
 		if c, still := p.known[id]; still {
 			c.base, c.reported = n, 0
 			p.known[id] = c

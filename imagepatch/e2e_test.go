@@ -419,6 +419,102 @@ func TestE2EAnotherWriterWins(t *testing.T) {
 	}
 }
 
+// A registry that rewrites a blob's link in place (Debian's
+// docker-registry, distribution 2.8: truncated, then written) refuses a
+// manifest that references the blob while another writer uploads it — two
+// webhook replicas patching one source at once (CI saw it). The
+// repository's links are emptied, as that writer leaves them, when the
+// destination's manifest is written, and written back 150 ms later: the
+// patcher tries again and pushes.
+func TestE2ELinksRewritten(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		index, own bool
+	}{
+		{"an image", false, false},
+		{"an image, own uploads", false, true},
+		{"an index", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := startRegistry(t)
+			src := mustTag(t, reg.Host+"/ml/base:v000")
+			if tc.index {
+				idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+					mutate.IndexAddendum{Add: image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+					mutate.IndexAddendum{Add: image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+				)
+				if err := remote.WriteIndex(src, idx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				seed(t, reg.Host, "ml/base", 1)
+			}
+			var opts []Option
+			if tc.own {
+				opts = append(opts, WithRegistry(remote.DefaultTransport, nil))
+			}
+			p, err := New(ShimSpec(), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst, _ := p.DestinationTag(src)
+			repo := filepath.Join(reg.Dir, "data/docker/registry/v2/repositories/ml/base")
+			var puts atomic.Int64
+			var writeBack atomic.Pointer[time.Timer]
+			t.Cleanup(func() {
+				if w := writeBack.Load(); w != nil {
+					w.Stop()
+				}
+			})
+			reg.Inject(func(r *http.Request) int {
+				if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/manifests/"+dst.TagStr()) && puts.Add(1) == 1 {
+					writeBack.Store(time.AfterFunc(150*time.Millisecond, emptyLinks(t, repo)))
+				}
+				return 0
+			})
+			res := p.Apply(context.Background(), src)
+			reg.Inject(nil)
+			if res.Action != ActionPush {
+				t.Fatalf("want pushed, got %+v", res)
+			}
+			if n := puts.Load(); n < 2 {
+				t.Fatalf("the manifest was written %d times: the links were never emptied", n)
+			}
+			if d, err := remote.Head(dst); err != nil || d.Digest.String() != res.Digest {
+				t.Fatalf("%s holds %v (%v), want %s", dst, d, err, res.Digest)
+			}
+		})
+	}
+}
+
+// emptyLinks empties every link file under a registry's repository
+// directory, as a writer of one leaves it between truncating and writing,
+// and returns what writes them back.
+func emptyLinks(t *testing.T, repo string) func() {
+	saved := map[string][]byte{}
+	err := filepath.WalkDir(repo, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.Name() != "link" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err == nil {
+			saved[path] = b
+			err = os.Truncate(path, 0)
+		}
+		return err
+	})
+	if err != nil || len(saved) == 0 {
+		t.Errorf("empty the links under %s: %d, %v", repo, len(saved), err)
+	}
+	return func() {
+		for path, b := range saved {
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Errorf("write back %s: %v", path, err)
+			}
+		}
+	}
+}
+
 // requestKind names a registry request by what it does: the /v2/ ping, a
 // manifest, a blob, an upload, a tag listing, with its method.
 func requestKind(q registrytest.Request) string {

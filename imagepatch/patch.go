@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"text/template"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -1223,7 +1224,8 @@ func (p *Patcher) push(ctx context.Context, sess *session, b *built) (Action, er
 
 func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *built) error {
 	if b.idx != nil {
-		if err := remote.WriteIndex(dst, b.idx, sess.opts(ctx)...); err != nil {
+		// WriteIndex looks for each blob and manifest first: again is cheap.
+		if err := settle(ctx, func() error { return remote.WriteIndex(dst, b.idx, sess.opts(ctx)...) }); err != nil {
 			return fmt.Errorf("push %s: %w", dst, err)
 		}
 		return nil
@@ -1247,10 +1249,53 @@ func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *bui
 		return fmt.Errorf("upload the config of %s: %w", dst, err)
 	}
 	// Put, not Push: the tag was just seen free.
-	if err := sess.pusher.Put(ctx, dst, b.img); err != nil {
+	if err := settle(ctx, func() error { return sess.pusher.Put(ctx, dst, b.img) }); err != nil {
 		return fmt.Errorf("push %s: %w", dst, err)
 	}
 	return nil
+}
+
+// settleWaits are the pauses before each new try of a manifest write that
+// a registry refused for a blob it could not read (0.75 s in all).
+var settleWaits = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
+
+// settle runs a manifest write, and runs it again while the registry
+// refuses it for a blob that this run has just uploaded: a registry that
+// rewrites a blob's link in place (distribution 2.x's filesystem driver
+// truncates it, then writes) says a blob is unknown, or its digest
+// invalid, while another writer (a second webhook replica patching the
+// same source) uploads the same blob.
+func settle(ctx context.Context, write func() error) error {
+	err := write()
+	for _, wait := range settleWaits {
+		if err == nil || !blobUnread(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		err = write()
+	}
+	return err
+}
+
+// blobUnread says a registry refused a manifest only for the blobs or
+// manifests it references: every code it gave is one of those.
+func blobUnread(err error) bool {
+	var te *transport.Error
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return false
+	}
+	for _, d := range te.Errors {
+		switch d.Code {
+		case transport.ManifestBlobUnknownErrorCode, transport.BlobUnknownErrorCode, transport.DigestInvalidErrorCode:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // uploadConfig writes a config blob to repo. A config is new with each

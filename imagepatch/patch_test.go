@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -29,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/oomguard/oomguard/initshim"
@@ -823,5 +825,32 @@ func TestOwnUploadGivesWay(t *testing.T) {
 				t.Fatalf("%d PATCH uploads, want 2: the config's went up some other way", n)
 			}
 		})
+	}
+}
+
+func TestBlobUnread(t *testing.T) {
+	codes := func(cs ...transport.ErrorCode) error {
+		e := &transport.Error{StatusCode: http.StatusBadRequest}
+		for _, c := range cs {
+			e.Errors = append(e.Errors, transport.Diagnostic{Code: c})
+		}
+		return fmt.Errorf("push x: %w", e)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the link read empty (distribution 2.8)", codes(transport.DigestInvalidErrorCode, transport.ManifestBlobUnknownErrorCode), true},
+		{"a blob unknown", codes(transport.ManifestBlobUnknownErrorCode), true},
+		{"a child manifest unknown", codes(transport.BlobUnknownErrorCode), true},
+		{"an invalid manifest too", codes(transport.ManifestBlobUnknownErrorCode, transport.ManifestInvalidErrorCode), false},
+		{"denied", codes(transport.DeniedErrorCode), false},
+		{"no codes", codes(), false},
+		{"not the registry's", errors.New("connection refused"), false},
+	} {
+		if got := blobUnread(tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -382,7 +382,7 @@ func (p *Plugin) predicted(k kmsg.Kill) []any {
 	}
 	p.m.predictions.WithLabelValues("false").Inc()
 	return []any{"model_predicted", false, "model_first", fmt.Sprintf("%s[%d]", escape.Terminal(first.Comm), first.Pid),
-		"model_first_oom_score_adj", first.OOMScoreAdj, "model_first_kb", first.MemKB}
+		"model_first_oom_score_adj", first.OOMScoreAdj, "model_first_kb", first.MemKB - first.FileKB}
 }
 
 // eventMessage says what happened as a Pod's Event.

@@ -67,7 +67,10 @@ const maxRankScan = 1 << 16
 
 // FirstVictim is the process a global OOM would kill now by Badness, and
 // its badness; skip is left out (the victim just killed, still exiting).
-// ok is false when no process is killable.
+// ok is false when no process is killable. A process's file-backed pages
+// do not count: reclaim takes them before the kernel chooses (its kill
+// records say file-rss:0kB), and a process faults them back in after, so
+// a reading then holds pages the kernel never saw.
 func FirstVictim(root string, mode Mode, skip int) (first Process, badness int64, ok bool, err error) {
 	mem, err := ReadMeminfo(root)
 	if err != nil {
@@ -87,7 +90,7 @@ func FirstVictim(root string, mode Mode, skip int) (first Process, badness int64
 		if err != nil || !Killable(&p) {
 			continue
 		}
-		if b := Badness(p.MemKB, p.OOMScoreAdj, total); !ok || b > badness {
+		if b := Badness(p.MemKB-p.FileKB, p.OOMScoreAdj, total); !ok || b > badness {
 			first, badness, ok = p, b, true
 		}
 	}

@@ -22,6 +22,7 @@ type proc struct {
 	comm     string
 	rssKB    int
 	kernel   bool
+	fileKB   int // of rssKB
 }
 
 func procTree(t *testing.T, ps ...proc) string {
@@ -34,7 +35,7 @@ func procTree(t *testing.T, ps ...proc) string {
 		}
 		files[d+"stat"] = fmt.Sprintf("%d (%s) S 1 1 1 0 -1 %d 0 0\n", p.pid, p.comm, flags)
 		files[d+"cmdline"] = p.comm + "\x00"
-		files[d+"status"] = fmt.Sprintf("Name:\t%s\nVmRSS:\t%d kB\nVmPTE:\t0 kB\nVmSwap:\t0 kB\n", p.comm, p.rssKB)
+		files[d+"status"] = fmt.Sprintf("Name:\t%s\nVmRSS:\t%d kB\nRssFile:\t%d kB\nVmPTE:\t0 kB\nVmSwap:\t0 kB\n", p.comm, p.rssKB, p.fileKB)
 		files[d+"oom_score_adj"] = fmt.Sprint(p.adj)
 		files[d+"cgroup"] = "0::/\n"
 	}
@@ -48,11 +49,14 @@ func TestFirstVictim(t *testing.T) {
 		skip  int
 		want  string // "" for none
 	}{
-		{"the biggest at equal scores", []proc{{2, 0, "small", 1000, false}, {3, 0, "big", 9000, false}}, 0, "big"},
-		{"a score outweighs memory", []proc{{2, 0, "sshd", 900000, false}, {3, 900, "app", 1000, false}}, 0, "app"},
-		{"-997 under a daemon", []proc{{2, 0, "sshd", 9000, false}, {3, -997, "hog", 3000000, false}}, 0, "sshd"},
-		{"never -1000, init or a kernel thread", []proc{{1, 1000, "init", 9000, false}, {2, -1000, "x", 9000, false}, {4, 1000, "kthreadd", 0, true}}, 0, ""},
-		{"the victim skipped", []proc{{2, 0, "sshd", 9000, false}, {3, 1000, "hog", 1000, false}}, 3, "sshd"},
+		{"the biggest at equal scores", []proc{{2, 0, "small", 1000, false, 0}, {3, 0, "big", 9000, false, 0}}, 0, "big"},
+		{"a score outweighs memory", []proc{{2, 0, "sshd", 900000, false, 0}, {3, 900, "app", 1000, false, 0}}, 0, "app"},
+		{"-997 under a daemon", []proc{{2, 0, "sshd", 9000, false, 0}, {3, -997, "hog", 3000000, false, 0}}, 0, "sshd"},
+		{"never -1000, init or a kernel thread", []proc{{1, 1000, "init", 9000, false, 0}, {2, -1000, "x", 9000, false, 0}, {4, 1000, "kthreadd", 0, true, 0}}, 0, ""},
+		// The VM: the kernel chose sshd (11,984 kB, file-rss:0kB); agetty
+		// read 12,116 kB after it, and held 11,960 at its own kill, file-rss:0kB.
+		{"file pages do not count", []proc{{2, 0, "sshd", 11984, false, 0}, {3, 0, "agetty", 12116, false, 156}}, 0, "sshd"},
+		{"the victim skipped", []proc{{2, 0, "sshd", 9000, false, 0}, {3, 1000, "hog", 1000, false, 0}}, 3, "sshd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _, ok, err := FirstVictim(procTree(t, tc.procs...), ModeV2, tc.skip)

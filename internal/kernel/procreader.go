@@ -24,7 +24,9 @@ type Process struct {
 	OOMScoreAdj int
 	// MemKB is what the OOM killer counts a process for: resident, swapped
 	// and page tables (VmRSS + VmSwap + VmPTE), in kB.
-	MemKB  int64
+	MemKB int64
+	// FileKB is the file-backed part of the resident memory (RssFile).
+	FileKB int64
 	Cgroup string // in the memory controller's hierarchy; "" when unknown
 	Kernel bool   // a kernel thread: no mm, never an OOM victim
 }
@@ -127,6 +129,7 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 		return p, err
 	}
 	p.MemKB = StatusKB(status, "VmRSS:") + StatusKB(status, "VmSwap:") + StatusKB(status, "VmPTE:")
+	p.FileKB = StatusKB(status, "RssFile:")
 	if p.OOMScoreAdj, err = r.int(pid, "oom_score_adj"); err != nil {
 		return p, err
 	}

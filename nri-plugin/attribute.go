@@ -26,8 +26,10 @@ type attribution struct {
 	member bool   // killed for its cgroup's memory.oom.group, with the victim
 	cgroup string // the victim's cgroup, as far as known
 	by     string // what told: "process", "record", "counters", or byNone
-	// candidates, when unsure: every container the kill may have been in.
+	// candidates, when unsure: every container the kill may have been in,
+	// and their ids ("" outside every pod).
 	candidates []ctrInfo
+	ids        []string
 }
 
 // unsure reports whether the kill could be in more than one container.
@@ -107,7 +109,7 @@ func (p *Plugin) counted(book *killBook, among []string, at time.Duration) attri
 			ids = p.countedIDs()
 		}
 		counting, inPods := p.owing(ids, among)
-		if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods) {
+		if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods+p.gone(book)) {
 			counting = append(counting, "")
 		}
 		if every || wait < 0 || slices.ContainsFunc(counting, func(id string) bool { return id != "" }) {
@@ -170,6 +172,7 @@ func (p *Plugin) attribution(counting []string) attribution {
 	case len(counting) == 1:
 		a.id, a.info, a.known = counting[0], p.known[counting[0]], true
 	default:
+		a.ids = slices.Clone(counting)
 		for _, id := range counting {
 			if id == "" {
 				a.candidates = append(a.candidates, outside)
@@ -184,21 +187,54 @@ func (p *Plugin) attribution(counting []string) attribution {
 // killBook balances the kills the node counted (/proc/vmstat's oom_kill)
 // against the kills the plugin attributed: a kill not attributed that no
 // container's count holds was outside every pod. A kill reported
-// unattributed stays in the books of each of its candidates, so the kills
-// after it are as unsure as it was until the counts settle it.
+// unattributed stays in the count of the container it was in, so the
+// kills after it are as unsure as it was until the counts settle it, or
+// until every container it may have been in is removed (gone).
 type killBook struct {
 	base       uint64
 	attributed uint64         // to one container, or outside every pod
 	seen       uint64         // every kill read as the kernel logged it
 	ok         bool           // the node's count could be read
 	victim     string         // the container of the last victim the kernel chose
+	victimIDs  []string       // its candidates, when unsure ("?")
 	chosen     kmsg.Kill      // that victim's kill: its group's members' OOM
 	members    map[int]string // its group's processes reported: their containers
+	// unplaced are the candidates of each kill read and told without its
+	// container (nil: not known); past maxUnplaced, only counted.
+	unplaced     [][]string
+	unplacedMore uint64
 }
 
 // maxMembers bounds the group members a book keeps (a repeat of one past
 // them is not counted again).
 const maxMembers = 4096
+
+// maxUnplaced bounds the unplaced kills a book keeps the candidates of.
+const maxUnplaced = 4096
+
+// unplace books a kill read and told without its container.
+func (b *killBook) unplace(ids []string) {
+	if len(b.unplaced) < maxUnplaced {
+		b.unplaced = append(b.unplaced, ids)
+	} else {
+		b.unplacedMore++
+	}
+}
+
+// gone is how many kills told without their container no count the
+// plugin reads can hold: every container among their candidates was
+// removed since (they were in one of those, or outside every pod).
+func (p *Plugin) gone(b *killBook) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for _, ids := range b.unplaced {
+		if len(ids) > 0 && !slices.ContainsFunc(ids, func(id string) bool { _, ok := p.known[id]; return ok }) {
+			n++
+		}
+	}
+	return n
+}
 
 // open starts the book at the node's count now.
 func (b *killBook) open(root string) {

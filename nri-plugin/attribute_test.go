@@ -316,6 +316,67 @@ func TestResyncKeepsTheBooks(t *testing.T) {
 	}
 }
 
+// Kills told without their container stay in the count of the container
+// they were in; once every container they may have been in is removed, no
+// count the plugin reads holds them. They must not then make every later
+// kill "maybe outside every pod", nor keep kills whose records were lost
+// from being told by container (the VM: a burst's unsure kills, its pods
+// deleted, then another pod's kills).
+func TestRemovedContainersLeaveNoKillsOwing(t *testing.T) {
+	var pods []*api.PodSandbox
+	var ctrs []*api.Container
+	for _, n := range []string{"a", "b", "c"} {
+		pod := nriruntime.KubeletPod(n, "ml", "guaranteed", "runc", nil)
+		pods, ctrs = append(pods, pod), append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init"))
+	}
+	root := fixtureNode(t, ctrs, 1)
+	cg := func(i int) string {
+		return filepath.Join(root, "sys/fs/cgroup", mustResolve(t, ctrs[i].Linux.CgroupsPath))
+	}
+	count := func(i, n int) {
+		os.WriteFile(filepath.Join(cg(i), "memory.events"), fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
+	}
+	vmstat := func(n int) {
+		os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
+	}
+	for i := range ctrs {
+		count(i, 0)
+	}
+	vmstat(100)
+	var logs bytes.Buffer
+	p := New(Options{Config: config.Default(), Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
+	startAll(t, p, pods, ctrs)
+	src := &fakeKmsg{
+		recs: []string{killed(1, 5001, "x"), killed(2, 6001, "y"), killed(3, 7001, "z"), lostRecords, quietLog, quietLog},
+		errs: []error{nil, nil, nil, kmsg.ErrLost, os.ErrDeadlineExceeded, os.ErrDeadlineExceeded},
+		before: map[int]func(){
+			0: func() { count(0, 1); count(1, 1); vmstat(102) }, // A's and B's: either record could be either's
+			2: func() {
+				for i := range 2 {
+					if err := p.RemoveContainer(context.Background(), pods[i], ctrs[i]); err != nil {
+						t.Error(err)
+					}
+					os.RemoveAll(cg(i))
+				}
+				count(2, 1)
+				vmstat(103)
+			},
+			3: func() { count(2, 3); vmstat(105) }, // two of C's kills whose records were overwritten
+		},
+	}
+	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	out := logs.String()
+	for _, w := range []string{
+		`pid=5001 command=x`, `attributed=false candidates="ml/pod-a/main, ml/pod-b/main"`,
+		`pod=ml/pod-c container=main pid=7001 command=z`,
+		`msg="OOM kills whose kernel records were overwritten before oomguard read them" pod=ml/pod-c container=main kills=2 kind=unknown`,
+	} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("the log has no %s:\n%s", w, out)
+		}
+	}
+}
+
 // twoGuarded is a node of two pods, each with a guarded container, and how
 // to set a container's memory.events count of kills.
 func twoGuarded(t *testing.T) (podA, podB *api.PodSandbox, a, b *api.Container, root string, count func(*api.Container, int)) {

@@ -241,7 +241,17 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 			c.reported++
 			p.known[id] = c
 		}
-		return ok && (known || id == "")
+		told := ok && (known || id == "")
+		switch {
+		case told:
+		case id == "?":
+			book.unplace(book.victimIDs)
+		case ok: // a container removed since
+			book.unplace([]string{id})
+		default:
+			book.unplace(nil)
+		}
+		return told
 	}
 	a := p.attribute(k, book, how == live)
 	if a.member { // killed for the victim's OOM
@@ -253,9 +263,9 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 			book.members[k.Pid] = a.id
 		}
 	} else {
-		book.victim, book.chosen, book.members = a.id, k, nil
+		book.victim, book.victimIDs, book.chosen, book.members = a.id, nil, k, nil
 		if a.unsure() || a.by == byNone {
-			book.victim = "?"
+			book.victim, book.victimIDs = "?", a.ids
 		}
 	}
 	if how == reportedBefore {
@@ -303,6 +313,9 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 		}
 		p.m.unattributed.WithLabelValues(kind).Inc()
 		p.log.Warn("OOM kill", append(attrs, "attributed", false, "candidates", strings.Join(names, ", "))...)
+		if how == live {
+			book.unplace(a.ids)
+		}
 		return false
 	}
 	if !a.known {
@@ -478,11 +491,12 @@ func (p *Plugin) countLost() lostTally {
 func (p *Plugin) tellLost(t lostTally, book *killBook) {
 	node, nodeErr, losses, inPods := t.node, t.nodeErr, t.losses, t.inPods
 	all, exact, outsideToo := inPods, false, true
+	placed := book.attributed + p.gone(book) // the kills read that no count holds
 	if nodeErr == nil && book.ok && node >= book.base {
 		since := node - book.base
 		all = since - min(book.seen, since)
-		outsideToo = since-min(book.attributed, since) > inPods
-		exact = inPods <= all && book.seen == book.attributed // a kill told without its container is in some count
+		outsideToo = since-min(placed, since) > inPods
+		exact = inPods <= all && book.seen == placed // a kill told without its container may be in some count
 	}
 	const msg = "OOM kills whose kernel records were overwritten before oomguard read them"
 	switch {
@@ -497,7 +511,7 @@ func (p *Plugin) tellLost(t lostTally, book *killBook) {
 		p.m.unattributed.WithLabelValues(KillUnknown).Add(float64(all))
 		// Why not by container: the containers' counts against the node's, and kills read that no count could place.
 		p.log.Warn(msg, "kills", all, "kind", KillUnknown, "attributed", false, "candidates", strings.Join(names, ", "),
-			"in_containers", inPods, "read_unplaced", book.seen-min(book.attributed, book.seen))
+			"in_containers", inPods, "read_unplaced", book.seen-min(placed, book.seen))
 	case exact:
 		for _, l := range losses {
 			p.m.kills.WithLabelValues(l.info.namespace, l.info.pod, l.info.name, KillUnknown).Add(float64(l.n))

@@ -108,8 +108,8 @@ func (p *Plugin) counted(book *killBook, among []string, at time.Duration) attri
 		if every {
 			ids = p.countedIDs()
 		}
-		counting, inPods := p.owing(ids, among)
-		if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods+p.gone(book)) {
+		counting, holding, inPods := p.owing(ids, among)
+		if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods+book.gone(holding)) {
 			counting = append(counting, "")
 		}
 		if every || wait < 0 || slices.ContainsFunc(counting, func(id string) bool { return id != "" }) {
@@ -140,8 +140,9 @@ func (p *Plugin) countedIDs() []string {
 }
 
 // owing reads the counts of ids and returns those, among among (nil: any),
-// that hold kills not reported yet, and how many they hold in all.
-func (p *Plugin) owing(ids, among []string) (counting []string, inPods uint64) {
+// that hold kills not reported yet, every one that does (holding), and how
+// many they hold in all.
+func (p *Plugin) owing(ids, among []string) (counting, holding []string, inPods uint64) {
 	for _, id := range ids {
 		n, ok := p.oomKillCount(id)
 		p.mu.Lock()
@@ -155,11 +156,12 @@ func (p *Plugin) owing(ids, among []string) (counting []string, inPods uint64) {
 			continue
 		}
 		inPods += n - c.base - c.reported
+		holding = append(holding, id)
 		if among == nil || slices.Contains(among, id) {
 			counting = append(counting, id)
 		}
 	}
-	return counting, inPods
+	return counting, holding, inPods
 }
 
 // attribution is the kill's place if counting holds one, else its candidates.
@@ -189,7 +191,7 @@ func (p *Plugin) attribution(counting []string) attribution {
 // container's count holds was outside every pod. A kill reported
 // unattributed stays in the count of the container it was in, so the
 // kills after it are as unsure as it was until the counts settle it, or
-// until every container it may have been in is removed (gone).
+// until no container it may have been in still counts kills (gone).
 type killBook struct {
 	base       uint64
 	attributed uint64         // to one container, or outside every pod
@@ -221,15 +223,14 @@ func (b *killBook) unplace(ids []string) {
 	}
 }
 
-// gone is how many kills told without their container no count the
-// plugin reads can hold: every container among their candidates was
-// removed since (they were in one of those, or outside every pod).
-func (p *Plugin) gone(b *killBook) uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// gone is how many kills told without their container no count read
+// holds: none of their candidates is among holding, the containers whose
+// counts were read holding kills not reported (a container stopped, its
+// cgroup removed, or the runtime's removal of it told, holds none).
+func (b *killBook) gone(holding []string) uint64 {
 	var n uint64
 	for _, ids := range b.unplaced {
-		if len(ids) > 0 && !slices.ContainsFunc(ids, func(id string) bool { _, ok := p.known[id]; return ok }) {
+		if len(ids) > 0 && !slices.ContainsFunc(ids, func(id string) bool { return id != "" && slices.Contains(holding, id) }) {
 			n++
 		}
 	}

@@ -317,12 +317,19 @@ func TestResyncKeepsTheBooks(t *testing.T) {
 }
 
 // Kills told without their container stay in the count of the container
-// they were in; once every container they may have been in is removed, no
-// count the plugin reads holds them. They must not then make every later
-// kill "maybe outside every pod", nor keep kills whose records were lost
-// from being told by container (the VM: a burst's unsure kills, its pods
-// deleted, then another pod's kills).
+// they were in; once no container they may have been in counts kills (its
+// cgroup gone as it stopped, the runtime's removal told later, or told),
+// no count the plugin reads holds them. They must not then make every
+// later kill "maybe outside every pod", nor keep kills whose records were
+// lost from being told by container (the VM: a burst's unsure kills, its
+// pods deleted, then another pod's kills).
 func TestRemovedContainersLeaveNoKillsOwing(t *testing.T) {
+	for _, removed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stopped", true: "removed"}[removed], func(t *testing.T) { removedContainers(t, removed) })
+	}
+}
+
+func removedContainers(t *testing.T, removed bool) {
 	var pods []*api.PodSandbox
 	var ctrs []*api.Container
 	for _, n := range []string{"a", "b", "c"} {
@@ -353,10 +360,13 @@ func TestRemovedContainersLeaveNoKillsOwing(t *testing.T) {
 			0: func() { count(0, 1); count(1, 1); vmstat(102) }, // A's and B's: either record could be either's
 			2: func() {
 				for i := range 2 {
+					os.RemoveAll(cg(i))
+					if !removed {
+						continue
+					}
 					if err := p.RemoveContainer(context.Background(), pods[i], ctrs[i]); err != nil {
 						t.Error(err)
 					}
-					os.RemoveAll(cg(i))
 				}
 				count(2, 1)
 				vmstat(103)

@@ -451,6 +451,7 @@ type lostTally struct {
 	nodeErr error
 	counts  map[string]uint64 // every counted container's, as read
 	losses  []containerLoss   // the containers whose count holds kills not reported
+	holding []string          // their ids
 	inPods  uint64            // their sum
 }
 
@@ -474,6 +475,7 @@ func (p *Plugin) countLost() lostTally {
 		t.counts[id] = n
 		if c, still := p.knownID(id); still && n > c.base+c.reported {
 			t.losses = append(t.losses, containerLoss{c, n - c.base - c.reported})
+			t.holding = append(t.holding, id)
 			t.inPods += n - c.base - c.reported
 		}
 	}
@@ -491,7 +493,7 @@ func (p *Plugin) countLost() lostTally {
 func (p *Plugin) tellLost(t lostTally, book *killBook) {
 	node, nodeErr, losses, inPods := t.node, t.nodeErr, t.losses, t.inPods
 	all, exact, outsideToo := inPods, false, true
-	placed := book.attributed + p.gone(book) // the kills read that no count holds
+	placed := book.attributed + book.gone(t.holding) // the kills read that no count holds
 	if nodeErr == nil && book.ok && node >= book.base {
 		since := node - book.base
 		all = since - min(book.seen, since)

@@ -181,7 +181,11 @@ func driveCluster(rt vm.Runtime) func(ctx context.Context, c *vm.Cluster) error 
 		steps = append(steps, timed("pod start with oomguard, after the install", "with-1")...)
 		// containerd 1.7 has no validator: the plugin says so. The steps after run with it on.
 		steps = append(steps, vm.Step{Name: "fail closed", Run: r.failClosed})
-		steps = append(steps, vm.Step{Name: "OOM kills reported", Run: r.oomKills},
+		steps = append(steps, vm.Step{Name: "OOM kills reported", Run: r.oomKills})
+		if rt.Component == vm.Containerd2.Component { // the plugin's part alone: once
+			steps = append(steps, vm.Step{Name: "kills whose records were overwritten", Run: r.lostKills})
+		}
+		steps = append(steps,
 			vm.Step{Name: "runtime class", Run: r.runtimeClass},
 			vm.Step{Name: "in-place resize", Run: r.resize},
 			vm.Step{Name: "another NRI plugin", Run: r.otherPlugin},
@@ -459,6 +463,89 @@ func hasLine(out string, parts ...string) bool {
 	return slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
 		return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) })
 	})
+}
+
+// lostKills: the kernel overwrites the records of kills the plugin could
+// not read (its worker stopped while its runaways meet the limit, the log
+// flooded over their records): once it reads on, the kills whose records
+// were lost are told by their number from the container's count, and
+// with those it read, every kill is told once.
+func (r *clusterRun) lostKills(ctx context.Context) error {
+	// The last step's pods gone first: grp-1's shell ignores SIGTERM as
+	// PID 1 and its hog meets the limit again meanwhile, and a kill lost in
+	// a container removed since may as well be outside every pod.
+	if _, err := r.Kubectl(ctx, "-n", "default", "delete", "pod", "oom-1", "grp-1", "--ignore-not-found", "--grace-period=1", "--timeout=2m"); err != nil {
+		return err
+	}
+	p := vm.Pod{Name: "lost-1", Namespace: "default", Command: []string{"/sbin/init"}, Memory: "32Mi", CPU: "none"}
+	if _, err := r.StartPod(ctx, p); err != nil {
+		return err
+	}
+	id, err := r.ContainerID(ctx, "default", "lost-1", "main")
+	if err != nil {
+		return err
+	}
+	stopped, err := r.sh(ctx, `set -e
+cg=$(find /sys/fs/cgroup -type d -name "*`+id+`*" | head -1)
+workers=$(plugin_workers)
+kill -STOP $workers
+echo on > /proc/sys/kernel/printk_devkmsg
+trap 'kill -CONT $workers; echo ratelimit > /proc/sys/kernel/printk_devkmsg' EXIT
+n=0
+while [ "$n" -lt 20 ]; do sleep 0.2; n=$(sed -n 's/^oom_kill //p' $cg/memory.events); done
+# 1.4 MB of records over a log of 1 MB (log_buf_len)
+line=$(printf '%0900d' 0)
+i=0
+while [ $i -lt 1500 ]; do echo "oomguard-test flood $i $line" > /dev/kmsg; i=$((i+1)); done
+echo $n`)
+	if err != nil {
+		return fmt.Errorf("stopping the plugin through 20 kills and flooding the log: %w", err)
+	}
+	// Each kill told once: one by one (as lost-1's, or unattributed with it
+	// among the candidates) or by number (likewise).
+	const summary = `cg=$(find /sys/fs/cgroup -type d -name "*%s*" | head -1)
+plugin_log > /tmp/lost-all.log
+kills() { sed -n 's/.* kills=\([0-9]*\) .*/\1/p' | awk '{ n += $1 } END { print n + 0 }'; }
+grep -F 'msg="OOM kill"' /tmp/lost-all.log > /tmp/lost-each.log
+grep -F 'msg="OOM kills whose kernel records were overwritten' /tmp/lost-all.log > /tmp/lost-number.log
+echo "count $(sed -n 's/^oom_kill //p' $cg/memory.events)" \
+	"own $(grep -c -F ' pod=default/lost-1 container=main ' /tmp/lost-each.log)" \
+	"unsure $(grep -F 'attributed=false' /tmp/lost-each.log | grep -c -F 'default/lost-1/main')" \
+	"lost $(grep -F ' pod=default/lost-1 container=main ' /tmp/lost-number.log | kills)" \
+	"lost-unsure $(grep -F 'attributed=false' /tmp/lost-number.log | grep -F 'default/lost-1/main' | kills)" \
+	"overwritten $(grep -c -F 'msg="kernel log records were overwritten' /tmp/lost-all.log)" \
+	"$(wget -qO- http://` + vm.NodeIP + `:9741/metrics | grep '^oomguard_oom_kills_total{container="main",.*pod="lost-1"}' | awk '{ n += $2 } END { print "counted", n + 0 }')"
+`
+	var got string
+	var count, own, unsure, lost, lostUnsure, overwritten, counted int
+	err = r.Poll(ctx, 3*time.Minute, "lost-1's 100 kills told", func() (bool, error) {
+		out, err := r.sh(ctx, fmt.Sprintf(summary, id))
+		got = strings.TrimSpace(out)
+		fmt.Sscanf(got, "count %d own %d unsure %d lost %d lost-unsure %d overwritten %d counted %d", &count, &own, &unsure, &lost, &lostUnsure, &overwritten, &counted)
+		return err == nil && count == 100 && own+unsure+lost+lostUnsure >= 100, nil
+	})
+	if err != nil {
+		// The reports not lost-1's own, how the rest were placed, and the plugin's other lines.
+		log, _ := r.sh(ctx, `grep -v -F ' pod=default/lost-1 container=main ' /tmp/lost-each.log | tail -10
+sed -n 's/.* attributed_by=\([a-z]*\).*/\1/p' /tmp/lost-each.log | sort | uniq -c
+grep -v -e msg=decision -e 'msg="OOM kill"' /tmp/lost-all.log | tail -15`)
+		return fmt.Errorf("%w (stopped through %s kills): %s\n%s", err, strings.TrimSpace(stopped), got, log)
+	}
+	if overwritten == 0 || lost+lostUnsure == 0 || own+unsure+lost+lostUnsure != count || counted != own+lost {
+		return fmt.Errorf("lost-1's kills (stopped through %s kills), want records overwritten, some kills told by number, each of 100 told once, those told as lost-1's counted: %s", strings.TrimSpace(stopped), got)
+	}
+	var events string
+	err = r.Poll(ctx, time.Minute, "the Event on lost-1 counting its kills", func() (bool, error) {
+		out, err := r.Kubectl(ctx, "-n", "default", "get", "events", "--field-selector", "involvedObject.name=lost-1,reason=OOMKilling", "-o", "jsonpath={.items[*].count}")
+		events = strings.TrimSpace(string(out))
+		return err == nil && events == strconv.Itoa(own+lost), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: the Event's count %q, want %d", err, events, own+lost)
+	}
+	r.Note("%s: the plugin stopped through %s kills and the log flooded over their records: %d kills told one by one as lost-1's, %d unattributed with it among the candidates; %d told by number as lost-1's, %d unattributed with it among the candidates; one Event of count %d",
+		r.rt.Component, strings.TrimSpace(stopped), own, unsure, lost, lostUnsure, own+lost)
+	return r.remove(ctx, "lost-1")
 }
 
 // oomKills: a guarded VM-like pod whose runaways meet its limit a hundred

@@ -202,9 +202,8 @@ type killBook struct {
 	chosen     kmsg.Kill      // that victim's kill: its group's members' OOM
 	members    map[int]string // its group's processes reported: their containers
 	// unplaced are the candidates of each kill read and told without its
-	// container (nil: not known); past maxUnplaced, only counted.
-	unplaced     [][]string
-	unplacedMore uint64
+	// container (nil: not known); one past maxUnplaced is never gone.
+	unplaced [][]string
 }
 
 // maxMembers bounds the group members a book keeps (a repeat of one past
@@ -218,8 +217,6 @@ const maxUnplaced = 4096
 func (b *killBook) unplace(ids []string) {
 	if len(b.unplaced) < maxUnplaced {
 		b.unplaced = append(b.unplaced, ids)
-	} else {
-		b.unplacedMore++
 	}
 }
 

@@ -277,12 +277,21 @@ func (r *clusterRun) patchedProcs(ctx context.Context, ns, pod string) error {
 		return err
 	}
 	var out string
-	// The init starts its child just after it is Ready.
+	// The init starts its child just after it is Ready; a process in the
+	// middle of its exec shows no command line yet (CRI-O's run saw one).
+	named := func(out string) (n int) {
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) >= 4 && f[0] == "proc" {
+				n++
+			}
+		}
+		return n
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
 		if out, err = r.sh(ctx, registryMirror+"container_procs "+id+" "+ctr["pid"]); err != nil {
 			return err
 		}
-		if strings.Count(out, "proc ") >= 2 || time.Now().After(deadline) {
+		if named(out) >= 2 || time.Now().After(deadline) {
 			break
 		}
 	}

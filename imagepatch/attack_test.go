@@ -16,7 +16,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -590,13 +589,8 @@ func TestForgedPatchedTag(t *testing.T) {
 func TestForgedIndexAnnotations(t *testing.T) {
 	old := ShimSpec()
 	old.Version = "2"
-	index := func(t *testing.T) v1.ImageIndex {
-		return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-			mutate.IndexAddendum{Add: image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-			mutate.IndexAddendum{Add: image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
-	}
 	r := newRegistry(t)
-	x := index(t)
+	x := initIndex(t)
 	xd, _ := x.Digest()
 	if err := remote.WriteIndex(r.tag(t, "ml/multi:v1"), x, r.opts()...); err != nil {
 		t.Fatal(err)
@@ -604,7 +598,7 @@ func TestForgedIndexAnnotations(t *testing.T) {
 	if res := patcher(t, r, old).Apply(context.Background(), r.tag(t, "ml/multi:v1")); res.Action != ActionPush {
 		t.Fatalf("the older patch: %+v", res)
 	}
-	forged := mutate.Annotations(index(t), map[string]string{LabelName: old.Name, LabelVersion: old.Version,
+	forged := mutate.Annotations(initIndex(t), map[string]string{LabelName: old.Name, LabelVersion: old.Version,
 		LabelBaseDigest: xd.String(), LabelBaseName: r.host + "/ml/multi:v1"}).(v1.ImageIndex)
 	fd, _ := forged.Digest()
 	if err := remote.WriteIndex(r.tag(t, "ml/multi:forged"), forged, r.opts()...); err != nil {

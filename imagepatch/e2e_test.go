@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -252,10 +251,7 @@ func TestE2ERegistry(t *testing.T) {
 func TestE2EIndex(t *testing.T) {
 	reg := startRegistry(t)
 	bin := buildCLI(t)
-	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-		mutate.IndexAddendum{Add: image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-		mutate.IndexAddendum{Add: image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
-	)
+	idx := initIndex(t)
 	if err := remote.WriteIndex(mustTag(t, reg.Host+"/ml/multi:v1"), idx); err != nil {
 		t.Fatal(err)
 	}
@@ -439,10 +435,7 @@ func TestE2ELinksRewritten(t *testing.T) {
 			reg := startRegistry(t)
 			src := mustTag(t, reg.Host+"/ml/base:v000")
 			if tc.index {
-				idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-					mutate.IndexAddendum{Add: image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-					mutate.IndexAddendum{Add: image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
-				)
+				idx := initIndex(t)
 				if err := remote.WriteIndex(src, idx); err != nil {
 					t.Fatal(err)
 				}

@@ -118,6 +118,14 @@ func (r *testRegistry) tag(t *testing.T, ref string) name.Tag {
 }
 
 // image makes a random image of arch with an entrypoint and cmd.
+// initIndex is an index of two images, amd64 and arm64, whose command is /sbin/init.
+func initIndex(t *testing.T) v1.ImageIndex {
+	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: image(t, "arm64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+}
+
 func image(t *testing.T, arch string, mt types.MediaType, ep, cmd []string) v1.Image {
 	t.Helper()
 	img, err := random.Image(1024, 3)

@@ -200,10 +200,8 @@ func TestKillAttribution(t *testing.T) {
 			root := fixtureNode(t, []*api.Container{a, b}, 1)
 			events := filepath.Join(root, "sys/fs/cgroup", cgA, "memory.events")
 			eventsB := filepath.Join(root, "sys/fs/cgroup", cgB, "memory.events")
-			count := func(f string, n int) { os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644) }
-			vmstat := func(n int) {
-				os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
-			}
+			count := ctrKills
+			vmstat := func(n int) { nodeKills(root, n) }
 			count(events, 0) // new cgroups count no kill
 			count(eventsB, 0)
 			vmstat(100)
@@ -269,9 +267,7 @@ func TestKillAttribution(t *testing.T) {
 // merely owes.
 func TestKillToldLate(t *testing.T) {
 	podA, podB, a, b, root, count := twoGuarded(t)
-	vmstat := func(n int) {
-		os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
-	}
+	vmstat := func(n int) { nodeKills(root, n) }
 	count(a, 0)
 	count(b, 0)
 	vmstat(100)
@@ -299,7 +295,7 @@ func TestResyncKeepsTheBooks(t *testing.T) {
 	podA, podB, a, b, root, count := twoGuarded(t)
 	count(a, 0)
 	count(b, 0)
-	os.WriteFile(filepath.Join(root, "proc/vmstat"), []byte("oom_kill 100\n"), 0o644)
+	nodeKills(root, 100)
 	var logs bytes.Buffer
 	p := New(Options{Config: config.Default(), Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 	pods, ctrs := []*api.PodSandbox{podA, podB}, []*api.Container{a, b}
@@ -340,12 +336,8 @@ func removedContainers(t *testing.T, removed bool) {
 	cg := func(i int) string {
 		return filepath.Join(root, "sys/fs/cgroup", mustResolve(t, ctrs[i].Linux.CgroupsPath))
 	}
-	count := func(i, n int) {
-		os.WriteFile(filepath.Join(cg(i), "memory.events"), fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
-	}
-	vmstat := func(n int) {
-		os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
-	}
+	count := func(i, n int) { ctrKills(filepath.Join(cg(i), "memory.events"), n) }
+	vmstat := func(n int) { nodeKills(root, n) }
 	for i := range ctrs {
 		count(i, 0)
 	}
@@ -387,6 +379,16 @@ func removedContainers(t *testing.T, removed bool) {
 	}
 }
 
+// nodeKills sets the node's count of OOM kills (/proc/vmstat).
+func nodeKills(root string, n int) {
+	os.WriteFile(filepath.Join(root, "proc/vmstat"), fmt.Appendf(nil, "oom_kill %d\n", n), 0o644)
+}
+
+// ctrKills sets a container's count of OOM kills (its memory.events).
+func ctrKills(events string, n int) {
+	os.WriteFile(events, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
+}
+
 // twoGuarded is a node of two pods, each with a guarded container, and how
 // to set a container's memory.events count of kills.
 func twoGuarded(t *testing.T) (podA, podB *api.PodSandbox, a, b *api.Container, root string, count func(*api.Container, int)) {
@@ -396,8 +398,7 @@ func twoGuarded(t *testing.T) (podA, podB *api.PodSandbox, a, b *api.Container, 
 	b = nriruntime.KubeletContainer(podB, "main", -997, "/sbin/init")
 	root = fixtureNode(t, []*api.Container{a, b}, 1)
 	count = func(c *api.Container, n int) {
-		f := filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.events")
-		os.WriteFile(f, fmt.Appendf(nil, "oom %d\noom_kill %d\n", n, n), 0o644)
+		ctrKills(filepath.Join(root, "sys/fs/cgroup", mustResolve(t, c.Linux.CgroupsPath), "memory.events"), n)
 	}
 	return podA, podB, a, b, root, count
 }

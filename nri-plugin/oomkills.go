@@ -451,14 +451,23 @@ type lostTally struct {
 	nodeErr error
 	counts  map[string]uint64 // every counted container's, as read
 	losses  []containerLoss   // the containers whose count holds kills not reported
-	holding []string          // their ids
 	inPods  uint64            // their sum
 }
 
 // containerLoss is a container's kills whose records were lost.
 type containerLoss struct {
+	id   string
 	info ctrInfo
 	n    uint64
+}
+
+// holding are the containers whose count holds kills not reported.
+func (t lostTally) holding() []string {
+	ids := make([]string, len(t.losses))
+	for i, l := range t.losses {
+		ids[i] = l.id
+	}
+	return ids
 }
 
 // countLost reads the counts, the node's and every container's, once the
@@ -474,8 +483,7 @@ func (p *Plugin) countLost() lostTally {
 		}
 		t.counts[id] = n
 		if c, still := p.knownID(id); still && n > c.base+c.reported {
-			t.losses = append(t.losses, containerLoss{c, n - c.base - c.reported})
-			t.holding = append(t.holding, id)
+			t.losses = append(t.losses, containerLoss{id, c, n - c.base - c.reported})
 			t.inPods += n - c.base - c.reported
 		}
 	}
@@ -493,7 +501,7 @@ func (p *Plugin) countLost() lostTally {
 func (p *Plugin) tellLost(t lostTally, book *killBook) {
 	node, nodeErr, losses, inPods := t.node, t.nodeErr, t.losses, t.inPods
 	all, exact, outsideToo := inPods, false, true
-	placed := book.attributed + book.gone(t.holding) // the kills read that no count holds
+	placed := book.attributed + book.gone(t.holding()) // the kills read that no count holds
 	if nodeErr == nil && book.ok && node >= book.base {
 		since := node - book.base
 		all = since - min(book.seen, since)

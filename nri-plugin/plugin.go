@@ -266,6 +266,8 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	p.guarded, p.known = fresh, known
 	p.reindexLocked()
+	// Taken under the lock: fresh and known are the handlers' maps now.
+	ids, containers, guarded := slices.Collect(maps.Keys(known)), len(ctrs), len(fresh)
 	p.mu.Unlock()
 	p.guardsChanged()
 	p.m.setConnected(true)
@@ -276,9 +278,6 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	standby := p.standby.Load()
 	// The runtime drops a plugin that answers late (CRI-O and containerd
 	// allow 2 s): the processes are fixed after the reply, not before it.
-	// The counts are taken now: fresh is the handlers' map from here on.
-	containers, guarded := len(ctrs), len(fresh)
-	ids := slices.Collect(maps.Keys(known))
 	p.afterReply(func() {
 		var err error
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down

@@ -73,6 +73,9 @@ type Pod struct {
 	// CPU is the pod's CPU request and limit, 100m unless given; "none"
 	// leaves CPU out (with Memory, a Burstable pod).
 	CPU string
+	// Privileged: a VM-like pod that manages its own cgroups, as systemd
+	// does (the cgroup filesystem writable).
+	Privileged bool
 }
 
 // File puts the pod's manifest at /pods/NAME.yaml in the VM, for add_pod.
@@ -97,6 +100,9 @@ func (p Pod) Manifest() string {
 	fmt.Fprintf(&b, "  containers:\n  - name: %s\n    image: %s\n    imagePullPolicy: Never\n    command:\n", ctr, image)
 	for _, a := range p.Command {
 		fmt.Fprintf(&b, "    - %q\n", a)
+	}
+	if p.Privileged {
+		b.WriteString("    securityContext: {privileged: true}\n")
 	}
 	if p.Memory != "" {
 		switch cpu := cmp.Or(p.CPU, "100m"); cpu {

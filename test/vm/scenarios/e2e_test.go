@@ -3,8 +3,10 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +29,11 @@ func TestE2EScenarios(t *testing.T) {
 	var mu sync.Mutex
 	starts := map[string][]time.Duration{}             // scenario/variant: pod start times
 	t.Cleanup(func() { t.Log(PodStartTable(starts)) }) // after every VM
-	for _, s := range All() {
+	// The longest boots first (by their bound): the short ones fill the
+	// cores at the end, instead of one long boot running alone.
+	all := All()
+	slices.SortStableFunc(all, func(a, b vm.Scenario) int { return cmp.Compare(b.Timeout, a.Timeout) })
+	for _, s := range all {
 		for _, v := range s.Variants {
 			t.Run(s.Name+"/"+v.Name, func(t *testing.T) {
 				t.Parallel() // one core per VM: go test -parallel sets how many at once

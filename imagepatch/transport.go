@@ -340,20 +340,24 @@ func (g *gate) wait(ctx context.Context) (time.Time, error) {
 func (g *gate) limited(started time.Time, after time.Duration, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.strikes++
+	// One strike, and the rate lowered once, for the requests that were in
+	// flight together: only a request started after the last 429 counts
+	// again (eight jobs' 429s at once are one refusal, not eight).
+	again := started.After(g.lowered)
+	if again {
+		g.strikes++
+	}
 	// As long as the registry asks, and longer while its 429s go on: a
 	// block that outlasts what it says is outlasted.
-	wait := min(backoffBase<<min(g.strikes-1, 10), backoffMax)
+	wait := min(backoffBase<<min(max(g.strikes, 1)-1, 10), backoffMax)
 	wait += time.Duration(rand.Int64N(int64(wait/5) + 1)) // up to a fifth more, so that clients part
-	if after > 0 && (g.strikes == 1 || after > wait) {
+	if after > 0 && (g.strikes <= 1 || after > wait) {
 		wait = after
 	}
 	if end := now.Add(wait); end.After(g.until) {
 		g.until = end
 	}
-	// Lowered once for the requests that were in flight together: only a
-	// request started after the last lowering lowers it again.
-	if started.After(g.lowered) {
+	if again {
 		if g.rate == 0 {
 			g.rate = float64(max(g.count, g.last))
 		}

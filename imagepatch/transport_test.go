@@ -189,3 +189,31 @@ func mustTagIn(t *testing.T, ref string) name.Tag {
 	}
 	return tag
 }
+
+// The 429s of requests that were in flight together are one refusal: the
+// host is closed for the first backoff (or what the registry asks), not for
+// a backoff doubled by each of them; a 429 to a request sent after them
+// doubles it.
+func TestGateOneRefusalForRequestsInFlight(t *testing.T) {
+	for _, after := range []time.Duration{0, 2 * time.Second} {
+		var g gate
+		var started []time.Time
+		for range 8 {
+			at, err := g.wait(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			started = append(started, at)
+		}
+		now := time.Now()
+		first := max(after, backoffBase)
+		for i, s := range started {
+			if closed := g.limited(s, after, now); closed < first || closed > first+first/5 {
+				t.Fatalf("Retry-After %s: the host closed for %s after the 429 of request %d of 8 in flight, want %s", after, closed, i+1, first)
+			}
+		}
+		if closed := g.limited(now.Add(time.Millisecond), 0, now.Add(time.Millisecond)); closed < 2*backoffBase-time.Millisecond {
+			t.Fatalf("Retry-After %s: a 429 after the refusal closed the host for %s, want the backoff doubled (%s)", after, closed, 2*backoffBase)
+		}
+	}
+}

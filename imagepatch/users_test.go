@@ -515,6 +515,7 @@ func TestRateLimitedRegistry(t *testing.T) {
 		"nothing": func() string { return "" },
 	} {
 		t.Run(what, func(t *testing.T) {
+			t.Parallel() // three registries, three transports: mostly waiting
 			h, on, limited := limiter(10, 3, ra)
 			r := registryBehind(t, h)
 			var srcs []name.Tag

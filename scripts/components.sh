@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# components.sh DIR: builds the real components the end-to-end tests run, each
+# components.sh DIR [SET]: builds the real components the end-to-end tests run, each
 # from pinned sources under test/, into DIR/NAME/: containerd 2.x and 1.7
 # (two releases, either side of NRI's score adjustment), Kubernetes (the
 # kubelet, and etcd with the control plane and kubectl in one binary),
@@ -8,21 +8,43 @@
 # A component is rebuilt only when its pins changed; each says how long it
 # took.
 #
+# SET is all (the default), host (those make e2e-host runs too) or vm
+# (those only the VM tier runs: CI builds them while the host tier runs).
+#
 # The VM tier runs the newest and the oldest releases (CI); with
 # OOMGUARD_E2E_MATRIX=1 (make e2e-matrix) the releases between them too:
 # containerd 2.1.4 and CRI-O 1.34.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=$(realpath -m "${1:-build/components}")
+only=${2:-all}
+case $only in
+all | host | vm) ;;
+*)
+	echo "usage: components.sh DIR [all|host|vm]" >&2
+	exit 2
+	;;
+esac
 matrix=${OOMGUARD_E2E_MATRIX:-}
 gobuild=$PWD/scripts/gobuild
 mkdir -p "$dest"
+
+# wanted NAME: whether NAME is in the set asked for.
+vm_only=" containerd-1.7.35 containerd-1.7.25 containerd-2.1.4 kubelet-1.34 crio crio-1.34.11 "
+wanted() {
+	case $only in
+	host) [[ $vm_only != *" $1 "* ]] ;;
+	vm) [[ $vm_only == *" $1 "* ]] ;;
+	*) true ;;
+	esac
+}
 
 # fresh NAME PINS...: true when DIR/NAME was built from these pins; else
 # empties it for a build.
 fresh() {
 	local name=$1 stamp
 	shift
+	wanted "$name" || return 0
 	stamp=$(cat "$@" | sha256sum | cut -d' ' -f1)
 	if [ "$(cat "$dest/$name/.stamp" 2>/dev/null)" = "$stamp" ]; then
 		echo "components: $name up to date"

@@ -44,6 +44,9 @@ func TestE2EFailClosedAdmission(t *testing.T) {
 		t.Fatalf("helm template: %v", err)
 	}
 	kubectl(string(rendered), "apply", "-f", "-")
+	// A pod created before its namespace fails closed: no annotation.
+	kubectl("", "create", "namespace", "later")
+	kubectl(podJSON("later", "before", nil), "create", "-f", "-")
 	kubectl("", "create", "namespace", "guarded")
 	kubectl("", "label", "namespace", "guarded", "oomguard.io/fail-closed=true")
 	kubectl("", "create", "namespace", "free")
@@ -51,11 +54,7 @@ func TestE2EFailClosedAdmission(t *testing.T) {
 	// admit creates a pod (server-side dry run: no node is needed) and
 	// returns its annotations as admitted, or the API server's refusal.
 	admit := func(ns string, annotations map[string]string) (map[string]string, error) {
-		pod := map[string]any{"apiVersion": "v1", "kind": "Pod",
-			"metadata": map[string]any{"name": "p", "namespace": ns, "annotations": annotations},
-			"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}}}
-		b, _ := json.Marshal(pod)
-		out, err := cp.Kubectl(ctx, b, "create", "--dry-run=server", "-o", "json", "-f", "-")
+		out, err := cp.Kubectl(ctx, []byte(podJSON(ns, "p", annotations)), "create", "--dry-run=server", "-o", "json", "-f", "-")
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +131,53 @@ func TestE2EFailClosedAdmission(t *testing.T) {
 			}
 		})
 	}
+
+	// Once created, a pod keeps its required plugins: kubelet builds a
+	// new sandbox (a reboot, a sandbox that died) from the pod's current
+	// annotations, exactly while oomguard may be away. Its other updates
+	// go through, and so do those of a pod from before the namespace
+	// failed closed, since `later` is labelled now.
+	kubectl(podJSON("guarded", "held", nil), "create", "-f", "-")
+	kubectl("", "label", "namespace", "later", "oomguard.io/fail-closed=true")
+	patch := func(annotations string) []string {
+		return []string{"patch", "-n", "guarded", "pod/held", "--type=merge", "-p", `{"metadata":{"annotations":` + annotations + `}}`}
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		refused bool
+	}{
+		{name: "overwritten with none", args: []string{"annotate", "-n", "guarded", "pod/held", "--overwrite", key + "=[]"}, refused: true},
+		{name: "removed", args: []string{"annotate", "-n", "guarded", "pod/held", key + "-"}, refused: true},
+		{name: "a container's list added", args: []string{"annotate", "-n", "guarded", "pod/held", key + "/container.main=[]"}, refused: true},
+		{name: "a container's list that keeps it added", args: []string{"annotate", "-n", "guarded", "pod/held", key + `/container.main=["oomguard"]`}, refused: true},
+		{name: "merge-patched to another plugin", args: patch(`{"` + key + `":"[\"gpu\"]"}`), refused: true},
+		{name: "merge-patched to null", args: patch(`{"` + key + `":null}`), refused: true},
+		{name: "a label", args: []string{"label", "-n", "guarded", "pod/held", "team=ml"}},
+		{name: "another annotation", args: patch(`{"example.com/owner":"ml"}`)},
+		{name: "a label on a pod from before the namespace failed closed", args: []string{"label", "-n", "later", "pod/before", "team=ml"}},
+	} {
+		t.Run("update: "+tc.name, func(t *testing.T) {
+			out, err := cp.Kubectl(ctx, nil, append(tc.args, "--dry-run=server")...)
+			if tc.refused {
+				if err == nil || !strings.Contains(err.Error(), "cannot change once it is created") {
+					t.Fatalf("admitted (%v): %s", err, out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// podJSON is a pod of one container, main, as kubectl reads it.
+func podJSON(ns, name string, annotations map[string]string) string {
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "annotations": annotations},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}}})
+	return string(b)
 }
 
 // validate runs NRI's default validator (what containerd 2.2+ and CRI-O

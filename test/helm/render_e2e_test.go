@@ -734,14 +734,16 @@ func TestE2EChartWebhookGuarded(t *testing.T) {
 }
 
 // failClosed: the admission policies (the mutating one where the API
-// server serves it), the release's namespace left out, both the install
+// server serves it; the validating one on creation and update), the
+// release's namespace left out, both the install
 // and the plugin told; nothing of it by default or at uninstall, and a
 // refusal where it cannot work (hook mode).
 func TestE2EChartFailClosed(t *testing.T) {
 	on := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "ops", "--set", "failClosed.enabled=true",
 		"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"))
 	vap, ok := on["ValidatingAdmissionPolicy"].(*admissionregistrationv1.ValidatingAdmissionPolicy)
-	if !ok || len(vap.Spec.Validations) != 2 || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail ||
+	if !ok || len(vap.Spec.Validations) != 3 || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail ||
+		!reflect.DeepEqual(vap.Spec.MatchConstraints.ResourceRules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}) ||
 		len(vap.Spec.MatchConditions) != 1 || vap.Spec.MatchConditions[0].Expression != `request.namespace != "ops"` {
 		t.Fatalf("the validating policy: %+v", on["ValidatingAdmissionPolicy"])
 	}

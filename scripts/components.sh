@@ -30,7 +30,8 @@ gobuild=$PWD/scripts/gobuild
 mkdir -p "$dest"
 
 # wanted NAME: whether NAME is in the set asked for.
-vm_only=" containerd-1.7.35 containerd-1.7.25 containerd-2.1.4 kubelet-1.34 crio crio-1.34.11 "
+# (The host tier runs containerd 1.7.35 and CRI-O's crio too: internal/install.)
+vm_only=" containerd-1.7.25 containerd-2.1.4 kubelet-1.34 nvidia crio-1.34.11 "
 wanted() {
 	case $only in
 	host) [[ $vm_only != *" $1 "* ]] ;;

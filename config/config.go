@@ -171,7 +171,14 @@ type NRI struct {
 	// values it no longer sets: "keep" leaves the values oomguard gave it,
 	// "restore" writes back the ones its spec had at creation.
 	OnRuleRemoved string `toml:"on_rule_removed"`
+	// CRIEndpoint is the runtime's CRI socket (unix:///PATH), through which
+	// the plugin finds the containers the runtime never told it of: "" for
+	// the first of containerd's and CRI-O's that exists, "none" for never.
+	CRIEndpoint string `toml:"cri_endpoint"`
 }
+
+// CRIEndpointNone turns reconciling with the runtime off.
+const CRIEndpointNone = "none"
 
 // What nri.on_rule_removed accepts.
 const (
@@ -381,6 +388,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.NRI.ReloadInterval.Duration; d < 0 || (d != 0 && d < 100*time.Millisecond) {
 		add("nri.reload_interval %s: want 0 (off) or at least 100ms", c.NRI.ReloadInterval)
+	}
+	if e := c.NRI.CRIEndpoint; e != "" && e != CRIEndpointNone && (!strings.HasPrefix(e, "unix:///") || path.Clean(strings.TrimPrefix(e, "unix://")) != strings.TrimPrefix(e, "unix://")) {
+		add("nri.cri_endpoint %q: want \"\" (find the runtime's socket), %q, or unix:///PATH", e, CRIEndpointNone)
 	}
 	if r := c.NRI.OnRuleRemoved; r != OnRuleRemovedKeep && r != OnRuleRemovedRestore {
 		add("nri.on_rule_removed %q: want %q or %q", r, OnRuleRemovedKeep, OnRuleRemovedRestore)

@@ -3,7 +3,6 @@
 package nriplugin
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -36,16 +35,21 @@ func hostContainerdConfig(t *testing.T, dir string) []byte {
 // here with the plugin connected: a container the shipped rule matches is
 // created and started with its score, and the group flag, which runc refuses
 // on cgroup v1, is reported unsupported instead of failing the container.
-func TestE2EContainerdOnThisHost(t *testing.T) {
+// hostContainerd is containerd 2.4.2 on this host, with kubeletish to
+// drive its CRI as kubelet does and the workload images imported.
+type hostContainerd struct {
+	dir, comp string
+	env       []string
+	log       *syncbuf.Buffer
+}
+
+func startHostContainerd(t *testing.T) *hostContainerd {
+	t.Helper()
 	if err := runcbundle.Available(); err != nil {
 		t.Fatal(err)
 	}
 	if kernel.DetectMode("/") == kernel.ModeV2 {
 		t.Skip("this host is cgroup v2; the VM tier covers v2")
-	}
-	repo, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
 	}
 	comp := testbin.ComponentFor(t, "containerd-2", "")
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "kubeletish"} {
@@ -75,42 +79,63 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 	if err := runcbundle.WriteOCIArchive(filepath.Join(dir, "work.tar"), "registry.example/oomguard/workload:1", work); err != nil {
 		t.Fatal(err)
 	}
-
-	env := append(os.Environ(), "PATH="+comp+":"+os.Getenv("PATH"), "CONTAINERD_ADDRESS="+dir+"/c.sock", "KUBELETISH_STATE="+dir)
-	var ctrdLog bytes.Buffer
-	var pluginLog syncbuf.Buffer
+	h := &hostContainerd{dir: dir, comp: comp, log: &syncbuf.Buffer{},
+		env: append(os.Environ(), "PATH="+comp+":"+os.Getenv("PATH"), "CONTAINERD_ADDRESS="+dir+"/c.sock", "KUBELETISH_STATE="+dir)}
 	ctrd := exec.Command(filepath.Join(comp, "containerd"), "--config", filepath.Join(dir, "config.toml"))
-	ctrd.Env, ctrd.Stdout, ctrd.Stderr = env, &ctrdLog, &ctrdLog
+	ctrd.Env, ctrd.Stdout, ctrd.Stderr = h.env, h.log, h.log
 	ctrd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := ctrd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	kubeletish := func(args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, filepath.Join(comp, "kubeletish"), args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubeletish %v: %v\n%s\ncontainerd:\n%s\nplugin:\n%s", args, err, out, tail(ctrdLog.String()), pluginLog.String())
-		}
-		return string(out)
-	}
-	// Through this containerd (env), or its shims and their mounts outlive the test.
-	remove := func(name string) {
-		cmd := exec.Command(filepath.Join(comp, "kubeletish"), "remove", name)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Logf("kubeletish remove %s: %v\n%s", name, err, out)
-		}
-	}
 	t.Cleanup(func() {
-		remove("vm")
 		syscall.Kill(-ctrd.Process.Pid, syscall.SIGKILL)
 		ctrd.Wait()
 	})
-	kubeletish("wait-ready")
+	h.kubeletish(t, nil, "wait-ready")
+	h.kubeletish(t, nil, "import", filepath.Join(dir, "pause.tar"), filepath.Join(dir, "work.tar"))
+	return h
+}
+
+// kubeletish runs it against this containerd, failing the test (with the
+// logs) when it fails.
+func (h *hostContainerd) kubeletish(t *testing.T, pluginLog *syncbuf.Buffer, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(h.comp, "kubeletish"), args...)
+	cmd.Env = h.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		plog := ""
+		if pluginLog != nil {
+			plog = pluginLog.String()
+		}
+		t.Fatalf("kubeletish %v: %v\n%s\ncontainerd:\n%s\nplugin:\n%s", args, err, out, tail(h.log.String()), plog)
+	}
+	return string(out)
+}
+
+// remove removes a pod through this containerd: its shims and their
+// mounts outlive the test otherwise.
+func (h *hostContainerd) remove(name string) {
+	cmd := exec.Command(filepath.Join(h.comp, "kubeletish"), "remove", name)
+	cmd.Env = h.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "kubeletish remove %s: %v\n%s", name, err, out)
+	}
+}
+
+func TestE2EContainerdOnThisHost(t *testing.T) {
+	h := startHostContainerd(t)
+	dir := h.dir
+	var pluginLog syncbuf.Buffer
+	kubeletish := func(args ...string) string { t.Helper(); return h.kubeletish(t, &pluginLog, args...) }
+	remove := h.remove
+	t.Cleanup(func() { remove("vm") })
+	repo, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
 	if err != nil {
@@ -140,7 +165,6 @@ func TestE2EContainerdOnThisHost(t *testing.T) {
 		}
 	}
 
-	kubeletish("import", filepath.Join(dir, "pause.tar"), filepath.Join(dir, "work.tar"))
 	// Burstable (500): root here lacks CAP_SYS_RESOURCE, which runc needs for -997.
 	kubeletish("run", "vm", "--qos", "burstable", "--", "/sbin/init")
 	got := kubeletish("inspect", "vm")

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/version"
 )
@@ -334,20 +333,11 @@ func (p *Plugin) takeOver() {
 		if err != nil {
 			continue
 		}
-		if g.plan.Group != nil {
-			if ch := p.enforceGroup(g, c, "takeover"); ch.Err != nil && !enforce.IsGone(ch.Err) {
-				p.m.errors.WithLabelValues("takeover").Inc()
-				p.log.Warn("setting memory.oom.group failed", g.attrs("cgroup", c.Cgroup(), "err", ch.Err)...)
-			} else if ch.What == enforce.Changed {
-				fixed++
-			}
-		}
-		if g.plan.Score != nil {
-			if n, _ := p.enforceScore(g, c, "takeover"); n > 0 {
-				fixed++
-			}
+		if n, group := p.fix(g, c, "takeover"); n > 0 || group {
+			fixed++
 		}
 	}
+	p.reconcileSoon()
 	p.log.Info("took the node's lock: this instance reports the node's OOM kills and keeps its containers", "containers", len(gs), "fixed", fixed,
 		"duration", time.Since(start).Round(time.Microsecond))
 }

@@ -49,6 +49,7 @@ type Metrics struct {
 	lockHeld     prometheus.Gauge
 	workerDeaths prometheus.Counter
 	failClosed   prometheus.Gauge
+	reconciled   *prometheus.CounterVec
 	isConnected  atomic.Bool
 	waiting      atomic.Pointer[string] // the runtimes the node waits for to restart
 	badConfig    atomic.Pointer[string] // why the configuration last read is not in force
@@ -115,6 +116,9 @@ func NewMetrics() *Metrics {
 			Help: "Times the plugin's supervisor (--supervise) started the plugin again in this container after it died (a crash, a kill, the OOM killer)."}),
 		failClosed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_fail_closed_enforced",
 			Help: "With --fail-closed: 1 when the runtime connected to refuses containers whose pod requires oomguard while it is away (NRI's validator: containerd 2.2, CRI-O 1.34 and later), 0 when it cannot. 0 without --fail-closed."}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_reconciled_total",
+			Help: "Containers the runtime runs but never told the plugin of (created while it connected), found through the runtime's CRI, by outcome: guarded (a rule applies, now set), unchanged (no rule changes it), undecided (the runtime did not give what deciding needs; the log says what)."},
+			[]string{"outcome"}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
@@ -134,19 +138,22 @@ func NewMetrics() *Metrics {
 		m.errors.WithLabelValues(phase)
 		m.refusals.WithLabelValues(phase)
 	}
+	for _, o := range []string{"guarded", "unchanged", "undecided"} {
+		m.reconciled.WithLabelValues(o)
+	}
 	for _, r := range []string{"success", "failure"} {
 		m.reloads.WithLabelValues(r)
 		m.restarts.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
 		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.unattributed, m.unreadParts, m.kmsgLost, m.killLag, m.predictions,
-		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, m.failClosed, buildInfo,
+		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, m.failClosed, m.reconciled, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // phases are where the plugin sets values, its metrics' phase label.
-var phases = []string{"start", "synchronize", "update", "exec", "verify", "reload", "takeover"}
+var phases = []string{"start", "synchronize", "update", "exec", "verify", "reload", "takeover", "reconcile"}
 
 // configInForce records the configuration now in force (hash of its text,
 // its source) and whether the one last read was it.

@@ -70,6 +70,9 @@ type Plugin struct {
 	standby  atomic.Bool   // another instance holds the node's lock
 	synced   chan struct{} // closed at the first Synchronize
 	syncOnce sync.Once
+
+	reconcileKick chan struct{} // reconcile.go
+	criMissing    atomic.Bool   // said once that no CRI socket was found
 }
 
 // guard is a container the policy changed, and what it must keep. Its
@@ -136,7 +139,7 @@ func New(o Options) *Plugin {
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
 	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, byCgroup: map[string]string{},
-		kmsg: openKmsg, kmsgNow: kmsg.Now, events: o.Events, scored: newScored(), synced: make(chan struct{})}
+		kmsg: openKmsg, kmsgNow: kmsg.Now, events: o.Events, scored: newScored(), synced: make(chan struct{}), reconcileKick: make(chan struct{}, 1)}
 	p.execs = p.openExecs
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
@@ -288,22 +291,14 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			fixes = nil
 		}
 		for _, f := range fixes {
-			g, c := f.g, f.c
-			if g.plan.Group != nil {
-				if ch := p.enforceGroup(g, c, "synchronize"); ch.Err != nil && !enforce.IsGone(ch.Err) {
-					p.m.errors.WithLabelValues("synchronize").Inc()
-					p.log.Warn("setting memory.oom.group failed", g.attrs("cgroup", c.Cgroup(), "err", ch.Err)...)
-				}
-			}
-			if g.plan.Score != nil {
-				if n, _ := p.enforceScore(g, c, "synchronize"); n > 0 {
-					p.log.Info("existing container fixed", g.attrs("processes", n, "oom_score_adj", *g.plan.Score)...)
-				}
+			if n, _ := p.fix(f.g, f.c, "synchronize"); n > 0 {
+				p.log.Info("existing container fixed", f.g.attrs("processes", n, "oom_score_adj", *f.g.plan.Score)...)
 			}
 		}
 		d := time.Since(start)
 		p.m.syncDuration.Set(d.Seconds())
 		p.log.Info("synchronized", "containers", containers, "guarded", guarded, "duration", d.Round(time.Microsecond))
+		p.reconcileSoon() // what the runtime created meanwhile and did not send
 	})
 	return nil, nil
 }
@@ -561,6 +556,23 @@ func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
 		p.log.Warn("refusing to write outside a container", g.attrs("phase", phase, "err", err)...)
 	}
 	return c, err
+}
+
+// fix sets an existing container's group flag and the score of each of its
+// processes: how many processes it changed, and whether it changed the group.
+func (p *Plugin) fix(g *guard, c *enforce.Container, phase string) (procs int, group bool) {
+	if g.plan.Group != nil {
+		ch := p.enforceGroup(g, c, phase)
+		if ch.Err != nil && !enforce.IsGone(ch.Err) {
+			p.m.errors.WithLabelValues(phase).Inc()
+			p.log.Warn("setting memory.oom.group failed", g.attrs("cgroup", c.Cgroup(), "err", ch.Err)...)
+		}
+		group = ch.What == enforce.Changed
+	}
+	if g.plan.Score != nil {
+		procs, _ = p.enforceScore(g, c, phase)
+	}
+	return procs, group
 }
 
 // enforceScore writes the planned score to every process of the container

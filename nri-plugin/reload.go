@@ -179,13 +179,13 @@ func (r *reloader) judge(now fileRead) {
 // fixedKeys are the settings the plugin takes at its start and keeps until
 // it stops: the connection, the loops and the log (Run, serve).
 var fixedKeys = []string{"nri.socket", "nri.plugin_name", "nri.plugin_index", "nri.verify_interval",
-	"nri.reload_interval", "nri.metrics_address", "nri.log_file", "log.level", "log.format"}
+	"nri.reload_interval", "nri.metrics_address", "nri.log_file", "nri.cri_endpoint", "log.level", "log.format"}
 
 func fixedSettings(n config.NRI, l config.Log) map[string]string {
 	return map[string]string{
 		"nri.socket": n.Socket, "nri.plugin_name": n.PluginName, "nri.plugin_index": n.PluginIndex,
 		"nri.verify_interval": n.VerifyInterval.String(), "nri.reload_interval": n.ReloadInterval.String(),
-		"nri.metrics_address": n.MetricsAddress, "nri.log_file": n.LogFile,
+		"nri.metrics_address": n.MetricsAddress, "nri.log_file": n.LogFile, "nri.cri_endpoint": n.CRIEndpoint,
 		"log.level": l.Level, "log.format": l.Format,
 	}
 }

@@ -357,10 +357,11 @@ func TestSeriesExistFromTheStart(t *testing.T) {
 	m := NewMetrics()
 	New(Options{Config: config.Default(), Root: t.TempDir(), Log: slog.New(slog.DiscardHandler), Metrics: m})
 	for name, want := range map[string]int{
-		"oomguard_adjustments_total":              14,
+		"oomguard_adjustments_total":              16,
 		"oomguard_drift_corrections_total":        2,
-		"oomguard_errors_total":                   10,
-		"oomguard_refused_writes_total":           10,
+		"oomguard_errors_total":                   11,
+		"oomguard_refused_writes_total":           11,
+		"oomguard_reconciled_total":               3,
 		"oomguard_config_reloads_total":           2,
 		"oomguard_node_daemon_oom_kills_total":    1,
 		"oomguard_node_oom_kills_predicted_total": 2,

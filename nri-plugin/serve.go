@@ -60,7 +60,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 }
 
 // lead runs, while this instance holds the node's lock, what runs once on
-// a node: the metrics port, the verifier, the exec and kill watchers.
+// a node: the metrics port, the verifier, the reconciler, the exec and
+// kill watchers.
 func (p *Plugin) lead(ctx context.Context) {
 	if p.nri.MetricsAddress != "" {
 		p.m.Serve(ctx, p.nri.MetricsAddress, p.log)
@@ -68,6 +69,7 @@ func (p *Plugin) lead(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, f := range []func(context.Context){
 		func(ctx context.Context) { p.verifyLoop(ctx, p.nri.VerifyInterval.Duration) },
+		func(ctx context.Context) { p.reconcileLoop(ctx, p.nri.VerifyInterval.Duration) },
 		func(ctx context.Context) { p.watchExecs(ctx, p.execs) },
 		func(ctx context.Context) { p.watchKills(ctx, p.kmsg) },
 	} {

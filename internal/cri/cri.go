@@ -1,7 +1,8 @@
-// Package cri asks a CRI runtime (containerd, CRI-O) which pod and container
-// each container ID is, over its socket: one gRPC call, ListContainers,
+// Package cri asks a CRI runtime (containerd, CRI-O) over its socket
+// which pods and containers it runs, and what a container was started
+// with: the unary calls ListPodSandbox, ListContainers and ContainerStatus,
 // spoken with the standard library's HTTP/2 and protowire, so the doctor
-// stays small.
+// and the plugin stay small.
 package cri
 
 import (
@@ -51,6 +52,27 @@ func Find(root, endpoint string) string {
 // Names lists the runtime's containers at endpoint (unix://PATH, PATH taken
 // below root) and returns each one's name by its ID.
 func Names(ctx context.Context, root, endpoint string) (map[string]Name, error) {
+	c, err := Dial(root, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	b, err := c.call(ctx, "ListContainers", nil, maxResponse)
+	if err != nil {
+		return nil, fmt.Errorf("list containers at %s: %w", endpoint, err)
+	}
+	return decodeList(b)
+}
+
+// Client speaks to one runtime's CRI socket.
+type Client struct {
+	endpoint string
+	http     *http.Client
+}
+
+// Dial makes a client of the runtime at endpoint (unix://PATH, PATH taken
+// below root); it connects on each call.
+func Dial(root, endpoint string) (*Client, error) {
 	sock, ok := strings.CutPrefix(endpoint, "unix://")
 	if !ok {
 		return nil, fmt.Errorf("runtime endpoint %q: want unix:///PATH", endpoint)
@@ -58,45 +80,61 @@ func Names(ctx context.Context, root, endpoint string) (map[string]Name, error) 
 	sock = filepath.Join(root, sock)
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
-	client := &http.Client{Transport: &http.Transport{
+	return &Client{endpoint: endpoint, http: &http.Client{Transport: &http.Transport{
 		Protocols: &protos,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		},
-	}, Timeout: 10 * time.Second}
-	defer client.CloseIdleConnections()
-	// An empty ListContainersRequest: gRPC's 5-byte frame around no bytes.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost/runtime.v1.RuntimeService/ListContainers", bytes.NewReader(make([]byte, 5)))
+	}, Timeout: 10 * time.Second}}, nil
+}
+
+// Endpoint is where the client calls.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Close lets the client's connection go.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// ErrNotFound is a runtime's answer for a container it does not have (any more).
+var ErrNotFound = errors.New("not found")
+
+// call makes one unary call of runtime.v1.RuntimeService with the request
+// message req, and returns the answer's message, at most limit bytes.
+func (c *Client) call(ctx context.Context, method string, req []byte, limit int) ([]byte, error) {
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost/runtime.v1.RuntimeService/"+method, bytes.NewReader(append(frame, req...)))
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("TE", "trailers")
-	resp, err := client.Do(req)
+	r.Header.Set("Content-Type", "application/grpc")
+	r.Header.Set("TE", "trailers")
+	resp, err := c.http.Do(r)
 	if err != nil {
-		return nil, fmt.Errorf("list containers at %s: %w", endpoint, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+6))
 	if err != nil {
-		return nil, fmt.Errorf("list containers at %s: %w", endpoint, err)
+		return nil, err
 	}
 	status := resp.Trailer.Get("Grpc-Status")
 	if status == "" {
 		status = resp.Header.Get("Grpc-Status") // a trailers-only answer
 	}
+	if status == "5" { // NOT_FOUND
+		return nil, ErrNotFound
+	}
 	if resp.StatusCode != http.StatusOK || status != "0" {
-		return nil, fmt.Errorf("list containers at %s: HTTP %d, grpc-status %q: %q", endpoint, resp.StatusCode, status,
+		return nil, fmt.Errorf("HTTP %d, grpc-status %q: %q", resp.StatusCode, status,
 			resp.Trailer.Get("Grpc-Message")+resp.Header.Get("Grpc-Message"))
 	}
-	if len(body) > maxResponse {
-		return nil, fmt.Errorf("list containers at %s: the answer is over %d bytes", endpoint, maxResponse)
+	if len(body) > limit+5 {
+		return nil, fmt.Errorf("the answer is over %d bytes", limit)
 	}
 	if len(body) < 5 || body[0] != 0 || int(binary.BigEndian.Uint32(body[1:5])) != len(body)-5 {
-		return nil, fmt.Errorf("list containers at %s: not one uncompressed gRPC message", endpoint)
+		return nil, errors.New("not one uncompressed gRPC message")
 	}
-	return decodeList(body[5:])
+	return body[5:], nil
 }
 
 // decodeList reads a ListContainersResponse: repeated Container containers = 1.
@@ -156,28 +194,10 @@ func decodeContainer(b []byte) (string, Name, error) {
 // fields calls f with each length-delimited field of message b, skipping
 // the others.
 func fields(b []byte, f func(protowire.Number, []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errors.New("malformed CRI answer: bad tag")
+	return walk(b, func(num protowire.Number, v []byte, _ uint64) error {
+		if v == nil {
+			return nil
 		}
-		b = b[n:]
-		if typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return errors.New("malformed CRI answer: bad length")
-			}
-			if err := f(num, v); err != nil {
-				return err
-			}
-			b = b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return errors.New("malformed CRI answer: bad field")
-		}
-		b = b[m:]
-	}
-	return nil
+		return f(num, v)
+	})
 }

@@ -13,6 +13,8 @@
 //	kubeletish remove NAME
 //	kubeletish pod NAME [--until running|exited] [--timeout D]   a pod kubelet runs
 //	kubeletish exec NAME -- CMD...
+//	kubeletish churn PREFIX --count N --parallel P --want SCORE [--qos Q] [--] ARGS...
+//	kubeletish remove-all
 //
 // CONTAINERD_ADDRESS names containerd's socket; KUBELETISH_STATE where pods
 // are recorded (/run).
@@ -20,12 +22,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,6 +89,10 @@ func run(args []string) error {
 		return waitPod(ctx, args[1:])
 	case "exec":
 		return execIn(ctx, args[1:])
+	case "churn":
+		return churn(ctx, args[1:])
+	case "remove-all":
+		return removeAll(ctx)
 	case "now":
 		fmt.Println(time.Now().UnixNano()) // busybox's date has no %N
 		return nil
@@ -154,8 +162,7 @@ func runPod(ctx context.Context, args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	score, ok := qosScore[*qos]
-	if !ok {
+	if _, ok := qosScore[*qos]; !ok {
 		return fmt.Errorf("qos %q", *qos)
 	}
 	rs, done, err := criClient()
@@ -163,10 +170,29 @@ func runPod(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
+	start := time.Now()
+	sb, id, err := startPod(ctx, rs, name, *qos, *handler, fs.Args())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(state, "pod-"+name), []byte(id), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(state, "sandbox-"+name), []byte(sb), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("@@RESULT pod=%s created_ms=%d\n", name, time.Since(start).Milliseconds())
+	return nil
+}
+
+// startPod runs a pod of one container as kubelet does, and returns the
+// sandbox's and the container's IDs.
+func startPod(ctx context.Context, rs cri.RuntimeServiceClient, name, qos, handler string, args []string) (string, string, error) {
+	score := qosScore[qos]
 	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", len(name), time.Now().UnixNano()&0xffffffffffff)
 	parent := "/kubepods/pod" + uid
-	if *qos != "guaranteed" {
-		parent = "/kubepods/" + *qos + "/pod" + uid
+	if qos != "guaranteed" {
+		parent = "/kubepods/" + qos + "/pod" + uid
 	}
 	// As kubelet asks for a host-network pod: no shared pid namespace, so
 	// CRI-O (drop_infra_ctr) runs no infra container.
@@ -179,10 +205,9 @@ func runPod(ctx context.Context, args []string) error {
 			SecurityContext: &cri.LinuxSandboxSecurityContext{NamespaceOptions: namespaces},
 		},
 	}
-	start := time.Now()
-	sb, err := rs.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandbox, RuntimeHandler: *handler})
+	sb, err := rs.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandbox, RuntimeHandler: handler})
 	if err != nil {
-		return fmt.Errorf("RunPodSandbox: %w", err)
+		return "", "", fmt.Errorf("RunPodSandbox: %w", err)
 	}
 	res := &cri.LinuxContainerResources{OomScoreAdj: score, Unified: groupKill()}
 	ctr, err := rs.CreateContainer(ctx, &cri.CreateContainerRequest{
@@ -191,7 +216,7 @@ func runPod(ctx context.Context, args []string) error {
 			Metadata: &cri.ContainerMetadata{Name: name},
 			Image:    &cri.ImageSpec{Image: workload},
 			Labels:   map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "default", "io.kubernetes.container.name": name},
-			Args:     fs.Args(),
+			Args:     args,
 			LogPath:  name + ".log",
 			Linux: &cri.LinuxContainerConfig{Resources: res,
 				SecurityContext: &cri.LinuxContainerSecurityContext{NamespaceOptions: namespaces}},
@@ -199,18 +224,150 @@ func runPod(ctx context.Context, args []string) error {
 		SandboxConfig: sandbox,
 	})
 	if err != nil {
-		return fmt.Errorf("CreateContainer: %w", err)
+		return "", "", fmt.Errorf("CreateContainer: %w", err)
 	}
 	if _, err := rs.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
-		return fmt.Errorf("StartContainer: %w", err)
+		return "", "", fmt.Errorf("StartContainer: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(state, "pod-"+name), []byte(ctr.ContainerId), 0o644); err != nil {
+	return sb.PodSandboxId, ctr.ContainerId, nil
+}
+
+// churn creates count pods, parallel at a time, as a busy node does, and
+// watches each container's init until its score is want: for each, how
+// long after it was running that was (0: before; -1: never, within --wait
+// after the last one's creation).
+func churn(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("churn PREFIX …")
+	}
+	prefix := args[0]
+	fs := flag.NewFlagSet("churn", flag.ContinueOnError)
+	count := fs.Int("count", 20, "pods to create")
+	parallel := fs.Int("parallel", 4, "creations at once")
+	qos := fs.String("qos", "burstable", "QoS class")
+	want := fs.Int("want", 0, "the score each container's init must reach")
+	wait := fs.Duration("wait", 20*time.Second, "how long after the last creation to wait for it")
+	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(state, "sandbox-"+name), []byte(sb.PodSandboxId), 0o644); err != nil {
+	if _, ok := qosScore[*qos]; !ok {
+		return fmt.Errorf("qos %q", *qos)
+	}
+	rs, done, err := criClient()
+	if err != nil {
 		return err
 	}
-	fmt.Printf("@@RESULT pod=%s created_ms=%d\n", name, time.Since(start).Milliseconds())
+	defer done()
+	type made struct {
+		name, id string
+		pid      int
+		at       time.Time
+		fixed    time.Duration
+	}
+	out := make([]made, *count)
+	names := make(chan int)
+	errs := make(chan error, *parallel)
+	for range *parallel {
+		go func() {
+			var err error
+			for i := range names {
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				var id string
+				if _, id, err = startPod(ctx, rs, name, *qos, "", fs.Args()); err != nil {
+					break
+				}
+				at := time.Now() // running: the plugin sets it before it runs, or later
+				pid, perr := initPid(ctx, rs, id)
+				if perr != nil {
+					err = perr
+					break
+				}
+				out[i] = made{name: name, id: id, pid: pid, at: at, fixed: -1}
+				if scoreOf(pid) == strconv.Itoa(*want) {
+					out[i].fixed = 0
+				}
+			}
+			for range names { // drain: another worker may still send
+			}
+			errs <- err
+		}()
+	}
+	for i := range *count {
+		names <- i
+	}
+	close(names)
+	for range *parallel {
+		if e := <-errs; e != nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return err
+	}
+	left := 0
+	for _, m := range out {
+		if m.fixed < 0 {
+			left++
+		}
+	}
+	for deadline := time.Now().Add(*wait); left > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for i := range out {
+			if out[i].fixed < 0 && scoreOf(out[i].pid) == strconv.Itoa(*want) {
+				out[i].fixed = time.Since(out[i].at)
+				left--
+			}
+		}
+	}
+	for _, m := range out {
+		ms := int64(-1)
+		if m.fixed >= 0 {
+			ms = m.fixed.Milliseconds()
+		}
+		fmt.Printf("@@RESULT churn=%s id=%s pid=%d running_ns=%d fixed_ms=%d score=%s\n", m.name, m.id, m.pid, m.at.UnixNano(), ms, scoreOf(m.pid))
+	}
+	return nil
+}
+
+func scoreOf(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// initPid is the container's init, from the runtime's verbose status.
+func initPid(ctx context.Context, rs cri.RuntimeServiceClient, id string) (int, error) {
+	st, err := rs.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		return 0, fmt.Errorf("ContainerStatus %s: %w", id, err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid <= 0 {
+		return 0, fmt.Errorf("ContainerStatus %s: no pid in its verbose info (%v)", id, err)
+	}
+	return info.Pid, nil
+}
+
+// removeAll stops and removes every pod, as kubelet does when they are deleted.
+func removeAll(ctx context.Context) error {
+	rs, done, err := criClient()
+	if err != nil {
+		return err
+	}
+	defer done()
+	list, err := rs.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("ListPodSandbox: %w", err)
+	}
+	for _, sb := range list.Items {
+		if _, err := rs.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			return fmt.Errorf("StopPodSandbox: %w", err)
+		}
+		if _, err := rs.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			return fmt.Errorf("RemovePodSandbox: %w", err)
+		}
+	}
+	fmt.Printf("@@RESULT removed_all=%d\n", len(list.Items))
 	return nil
 }
 

@@ -59,13 +59,18 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 	done := make(chan struct{})
 	go func() { p.keepScored(ctx, filter); close(done) }()
 	go func() { <-ctx.Done(); <-done; src.Close() }()
-	set := newRecent(maxRecent, recentFor)
+	set := newRecent(maxRecent, maxRecentPer, recentFor)
 	var evs []execwatch.Event
+	var rescored time.Time
 	for ctx.Err() == nil {
 		evs, err = src.Read(evs[:0])
 		switch {
 		case errors.Is(err, execwatch.ErrLost):
 			p.m.execLost.Inc()
+			if time.Since(rescored) > rescoreEvery { // what the dropped events told of is not followed
+				rescored = time.Now()
+				p.afterReply(p.rescoreAll)
+			}
 		case err != nil:
 			if ctx.Err() == nil {
 				p.log.Warn("watching execs failed; processes exec'd into guarded containers are set at the next verification", "err", err)
@@ -75,10 +80,22 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 		now := time.Now()
 		for _, e := range evs {
 			if e.Parent == 0 {
-				if g := p.execd(e); g != nil {
-					set.add(e.Pid, g, now)
+				p.execd(e, set, now)
+				continue
+			}
+			g, ok := set.get(e.Parent, now)
+			if !ok {
+				continue
+			}
+			if g == nil { // its parent was gone before its exec was read: the child says where it runs
+				if g = p.guardAt(e.Pid); g == nil {
+					if p.gone(e.Pid) {
+						set.add(e.Pid, nil, now)
+					}
+					continue
 				}
-			} else if g := set.get(e.Parent, now); g != nil && p.setProcess(g, e, "fork") {
+			}
+			if p.setProcess(g, e, "fork") {
 				set.add(e.Pid, g, now)
 			}
 		}
@@ -86,29 +103,55 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 }
 
 // execd sets the process that exec'd to its container's score if its
-// container is guarded, and returns the container when it changed the
-// score: what the process forked before then has the spec's score too.
+// container is guarded, and follows its forks when it changed the score
+// (what it forked before then has the spec's score too) or found it gone.
 // An exec the kernel filtered names its container's cgroup; else /proc
-// says, unless no container has a score to set.
-func (p *Plugin) execd(e execwatch.Event) *guard {
+// says, unless no container has a score to set. A fork that names another
+// parent (clone with CLONE_PARENT) names the exec'd process's parent: that
+// parent's forks are followed too, and set only where they run in g.
+func (p *Plugin) execd(e execwatch.Event, set *recent, now time.Time) {
 	var g *guard
 	if e.Cgroup != 0 {
 		g = p.scored.of(e.Cgroup)
 	} else if p.scored.any.Load() {
 		cg, err := p.node.Load().Cgroup(e.Pid)
 		if err != nil {
-			return nil // gone already, or not a process this node's view shows
+			if p.gone(e.Pid) { // gone already (a daemon's first fork exits at once): its forks say where it ran
+				set.add(e.Pid, nil, now)
+			}
+			return
 		}
 		g = p.guardOf(cg)
 	}
 	if g == nil || !p.setProcess(g, e, "exec") {
+		return
+	}
+	set.add(e.Pid, g, now)
+	if ppid, err := kernel.Parent(p.root, e.Pid); err == nil && ppid > 1 && !set.has(ppid, now) {
+		set.add(ppid, g, now)
+	}
+}
+
+// guardAt is the guarded container the process runs in, by /proc; nil
+// when none, or it is gone.
+func (p *Plugin) guardAt(pid int) *guard {
+	cg, err := p.node.Load().Cgroup(pid)
+	if err != nil {
 		return nil
 	}
-	return g
+	return p.guardOf(cg)
+}
+
+// gone reports whether the process has exited.
+func (p *Plugin) gone(pid int) bool {
+	_, err := p.node.Load().Cgroup(pid)
+	return enforce.IsGone(err)
 }
 
 // setProcess sets the event's process, one of g's container, to g's
-// score; it reports whether it changed it.
+// score; it reports whether its forks are to be followed: it changed the
+// score, or the process is gone (what it forked before it exited has the
+// spec's score too).
 func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
 	if g.plan.Score == nil || !p.current(g) {
 		return false
@@ -128,25 +171,54 @@ func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
 		}
 		p.log.Debug(how+"'d process set", attrs...)
 		return true
-	case ch.Err != nil && ch.What != enforce.Refused && !enforce.IsGone(ch.Err):
+	case enforce.IsGone(ch.Err):
+		return true
+	case ch.Err != nil && ch.What != enforce.Refused:
 		p.m.errors.WithLabelValues("exec").Inc()
 		p.log.Warn("setting an "+how+"'d process failed", g.attrs("pid", pid, "err", ch.Err)...)
 	}
 	return false
 }
 
+// rescoreAll sets every guarded container's processes again, as the
+// verifier would, after the kernel dropped process events.
+func (p *Plugin) rescoreAll() {
+	for _, g := range p.scoredGuards() {
+		if !p.current(g) {
+			continue
+		}
+		c, err := p.container(g, "exec")
+		if err != nil {
+			continue
+		}
+		if n, _ := p.enforceScore(g, c, "exec"); n > 0 {
+			p.log.Info("set after the kernel dropped process events", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
+		}
+	}
+}
+
+// rescoreEvery bounds how often a flood that makes the kernel drop events
+// walks every guarded container.
+const rescoreEvery = time.Second
+
 // Bounds on the processes whose forks are followed: set moments ago, and a
-// fork storm cannot grow the plugin.
+// fork storm cannot grow the plugin, nor a flood in one container push
+// another's out.
 const (
-	maxRecent = 4096
-	recentFor = 10 * time.Second
+	maxRecent    = 4096
+	maxRecentPer = maxRecent / 8
+	recentFor    = 10 * time.Second
 )
 
-// recent are the processes oomguard set moments ago, and their containers.
+// recent are the processes oomguard set (or found gone) moments ago, and
+// their containers; nil: a process gone before its container was known.
+// Each container's entries are dropped oldest first, at most per of them;
+// when all of them reach max, the oldest of the container with the most.
 type recent struct {
-	max   int
-	keep  time.Duration
-	procs map[int]recentProc
+	max, per int
+	keep     time.Duration
+	procs    map[int]recentProc
+	order    map[*guard][]recentPid // each container's, oldest first; stale ones skipped
 }
 
 type recentProc struct {
@@ -154,31 +226,90 @@ type recentProc struct {
 	at time.Time
 }
 
-func newRecent(max int, keep time.Duration) *recent {
-	return &recent{max: max, keep: keep, procs: map[int]recentProc{}}
+type recentPid struct {
+	pid int
+	at  time.Time
+}
+
+func newRecent(most, per int, keep time.Duration) *recent {
+	return &recent{max: max(most, 1), per: max(per, 1), keep: keep, procs: map[int]recentProc{}, order: map[*guard][]recentPid{}}
 }
 
 func (r *recent) add(pid int, g *guard, now time.Time) {
-	if len(r.procs) >= r.max {
-		for p, rp := range r.procs {
-			if now.Sub(rp.at) > r.keep || len(r.procs) >= r.max {
-				delete(r.procs, p)
-			}
-		}
+	r.drop(pid)
+	for r.live(g) >= r.per {
+		r.dropOldest(g)
+	}
+	for len(r.procs) >= r.max {
+		r.dropOldest(r.largest())
 	}
 	r.procs[pid] = recentProc{g, now}
+	r.order[g] = append(r.order[g], recentPid{pid, now})
 }
 
-func (r *recent) get(pid int, now time.Time) *guard {
+// live is how many of g's queued entries are still its own.
+func (r *recent) live(g *guard) int {
+	q := r.order[g]
+	for len(q) > 0 && !r.current(q[0]) {
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(r.order, g)
+		return 0
+	}
+	if cap(q) > 2*len(q)+64 {
+		q = append([]recentPid(nil), q...)
+	}
+	r.order[g] = q
+	return len(q)
+}
+
+// current reports whether a queued entry is still the one its pid has.
+func (r *recent) current(e recentPid) bool {
+	rp, ok := r.procs[e.pid]
+	return ok && rp.at.Equal(e.at)
+}
+
+func (r *recent) dropOldest(g *guard) {
+	if r.live(g) == 0 {
+		return
+	}
+	q := r.order[g]
+	delete(r.procs, q[0].pid)
+	r.order[g] = q[1:]
+}
+
+// largest is the container with the most entries.
+func (r *recent) largest() *guard {
+	var most *guard
+	n := -1
+	for g, q := range r.order {
+		if len(q) > n {
+			most, n = g, len(q)
+		}
+	}
+	return most
+}
+
+func (r *recent) drop(pid int) { delete(r.procs, pid) }
+
+func (r *recent) has(pid int, now time.Time) bool {
+	_, ok := r.get(pid, now)
+	return ok
+}
+
+// get is the container of a process followed; ok is false for one not
+// followed (or no more).
+func (r *recent) get(pid int, now time.Time) (*guard, bool) {
 	rp, ok := r.procs[pid]
 	if !ok {
-		return nil
+		return nil, false
 	}
 	if now.Sub(rp.at) > r.keep {
 		delete(r.procs, pid)
-		return nil
+		return nil, false
 	}
-	return rp.g
+	return rp.g, true
 }
 
 // current reports whether g is still the plan in force for its container.

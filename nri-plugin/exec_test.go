@@ -52,8 +52,9 @@ func TestExecdProcessSet(t *testing.T) {
 	other := nriruntime.KubeletContainer(pod, "sidecar", -997, "/app")
 	root := fixtureNode(t, []*api.Container{guarded, other}, 1) // 1001 in main, 1002 in sidecar
 	cg := mustResolve(t, guarded.Linux.CgroupsPath)
-	// 1003 exec'd into main (below it, as in a systemd's child cgroup), 1004 on the host.
-	for pid, c := range map[string]string{"1003": cg + "/init.scope", "1004": "/system.slice/sshd.service"} {
+	// 1003 exec'd into main (below it, as in a systemd's child cgroup), 1004
+	// on the host; 1005 exec'd into main among the events the kernel dropped.
+	for pid, c := range map[string]string{"1003": cg + "/init.scope", "1004": "/system.slice/sshd.service", "1005": cg} {
 		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
 		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+c+"\n"), 0o644)
 		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
@@ -69,9 +70,13 @@ func TestExecdProcessSet(t *testing.T) {
 		}
 	}
 	p.waitBackground() // the runtime has the replies: the containers can start
+	procs := filepath.Join(root, "sys/fs/cgroup", cg, "cgroup.procs")
+	b, _ := os.ReadFile(procs)
+	os.WriteFile(procs, append(b, "1005\n"...), 0o644)
 	src := &fakeExecs{batches: [][]execwatch.Event{execs(1003, 1004, 99999), execs(1002)}, errs: []error{nil, execwatch.ErrLost}}
 	p.watchExecs(context.Background(), func() (execSource, error) { return src, nil })
-	for pid, want := range map[string]string{"1003": "900\n", "1004": "-997\n", "1002": "-997\n"} {
+	p.waitBackground()
+	for pid, want := range map[string]string{"1003": "900\n", "1004": "-997\n", "1002": "-997\n", "1005": "900\n"} {
 		if b, _ := os.ReadFile(filepath.Join(root, "proc", pid, "oom_score_adj")); string(b) != want {
 			t.Errorf("pid %s: %q, want %q", pid, b, want)
 		}
@@ -118,18 +123,97 @@ func TestForkOfExecdProcessSet(t *testing.T) {
 	}
 }
 
+// Forks are followed whatever the exec'd process does: gone before its
+// exec was read (a daemon's first fork exits at once), its children say
+// where they run; a child cloned with CLONE_PARENT names the exec'd
+// process's parent, whose forks are then set where they run in the
+// container, and only there.
+func TestForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	guarded := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	root := fixtureNode(t, []*api.Container{guarded}, 1) // 1001 in main
+	cg := mustResolve(t, guarded.Linux.CgroupsPath)
+	procs := map[string]string{"1003": cg, "1010": cg, "1011": "/system.slice/containerd.service", "1021": cg, "1022": cg}
+	for pid, c := range procs {
+		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
+		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+c+"\n"), 0o644)
+		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
+	}
+	// 1003's parent is the runtime's shim, 500, outside the container.
+	os.WriteFile(filepath.Join(root, "proc", "1003", "stat"), []byte("1003 (sh) S 500 1003 1003 0 -1 4194560 0 0 0 0\n"), 0o644)
+	cfg, err := config.Parse([]byte(readShipped(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
+	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
+		t.Fatal(err)
+	}
+	p.waitBackground()
+	src := &fakeExecs{batches: [][]execwatch.Event{
+		// 1003 exec'd and cloned 1010 with CLONE_PARENT: the event names 500;
+		// 500's other child, 1011, runs on the host.
+		{{Pid: 1003}, {Pid: 1010, Parent: 500}, {Pid: 1011, Parent: 500}},
+		// 1020 exec'd, forked 1021 and exited before its exec was read;
+		// 1021 forked 1022 before it was set.
+		{{Pid: 1020}, {Pid: 1021, Parent: 1020}, {Pid: 1022, Parent: 1021}},
+	}, errs: []error{nil, nil}}
+	p.watchExecs(context.Background(), func() (execSource, error) { return src, nil })
+	for pid, want := range map[string]string{"1003": "900\n", "1010": "900\n", "1011": "-997\n", "1021": "900\n", "1022": "900\n"} {
+		if b, _ := os.ReadFile(filepath.Join(root, "proc", pid, "oom_score_adj")); string(b) != want {
+			t.Errorf("pid %s: %q, want %q", pid, b, want)
+		}
+	}
+}
+
 func TestRecentIsBounded(t *testing.T) {
-	r := newRecent(3, time.Minute)
+	r := newRecent(3, 3, time.Minute)
 	now := time.Now()
 	g := &guard{}
 	for pid := range 10 {
 		r.add(pid+1, g, now)
 	}
-	if len(r.procs) > 3 || r.get(10, now) != g {
+	if got, _ := r.get(10, now); len(r.procs) > 3 || got != g {
 		t.Fatalf("%d kept (want at most 3, the newest among them)", len(r.procs))
 	}
-	if r.get(10, now.Add(2*time.Minute)) != nil {
+	if _, ok := r.get(10, now.Add(2*time.Minute)); ok {
 		t.Fatal("an old entry still followed")
+	}
+}
+
+// A flood of execs in one container, or of processes gone before they
+// were read, never pushes another container's process out of the set
+// before its forks come; each container's oldest go first.
+func TestRecentFloodKeepsOthers(t *testing.T) {
+	r := newRecent(maxRecent, maxRecentPer, recentFor)
+	now := time.Now()
+	victim, flood := &guard{}, &guard{}
+	r.add(1, victim, now)
+	for pid := range 20000 {
+		r.add(100+pid, flood, now)
+		r.add(100000+pid, nil, now)
+		r.add(100+pid, flood, now) // the same process again: one entry
+	}
+	if g, ok := r.get(1, now); !ok || g != victim {
+		t.Fatal("the flood pushed another container's process out")
+	}
+	if len(r.procs) > maxRecent || r.live(flood) > maxRecentPer || r.live(nil) > maxRecentPer {
+		t.Fatalf("%d kept, %d of the flood's, %d gone ones: want at most %d, %d each", len(r.procs), r.live(flood), r.live(nil), maxRecent, maxRecentPer)
+	}
+	if _, ok := r.get(100+19999, now); !ok {
+		t.Fatal("the flood's newest process is not followed")
+	}
+	if _, ok := r.get(100, now); ok {
+		t.Fatal("the flood's oldest process is still followed")
+	}
+	// Many containers at once fill the set: the one with the most gives way.
+	r = newRecent(16, 8, recentFor)
+	for i := range 16 {
+		r.add(i, &guard{}, now)
+	}
+	r.add(99, flood, now)
+	if len(r.procs) > 16 {
+		t.Fatalf("%d kept, want at most 16", len(r.procs))
 	}
 }
 

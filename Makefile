@@ -24,7 +24,7 @@ RACE_PKGS := ./nri-plugin/... ./imagepatch/... ./doctor/... ./test/nriruntime/..
 FUZZ := ./config:FuzzParse ./internal/glob:FuzzCheck ./internal/glob:FuzzMatch ./internal/glob:FuzzMatchProg ./internal/facts:FuzzBundles ./internal/policy:FuzzAnnotations ./internal/policy:FuzzProgram ./internal/policy:FuzzPodUID ./hook:FuzzOCIInput ./imagepatch:FuzzParseSpec \
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./doctor:FuzzParseCPUList ./doctor:FuzzParseProcTables \
-	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/cri:FuzzDecodeRuntime ./internal/execwatch:FuzzParse ./internal/execwatch:FuzzParseTaskOffsets ./internal/kmsg:FuzzParse \
+	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/cri:FuzzDecodeRuntime ./internal/execwatch:FuzzParse ./internal/execwatch:FuzzParseTaskOffsets ./internal/kmsg:FuzzParse ./internal/kmsg:FuzzParserRepeats \
 	./imagepatch/admission:FuzzReview
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.

@@ -66,10 +66,70 @@ func (p *Plugin) attribute(k kmsg.Kill, book *killBook, counted bool) attributio
 		return attribution{by: byNone}
 	}
 	a := p.counted(book, nil, k.Time)
+	if len(k.MayRepeat) > 0 {
+		a = p.mayRepeat(k, book, a)
+	}
 	if k.GroupOf != "" && a.known && a.id == p.idAt(k.GroupOf) {
 		a.member, a.cgroup = true, k.GroupOf
 	}
 	return a
+}
+
+// placed is where the book put a kill.
+func (a attribution) placed() placed {
+	if a.unsure() || a.by == byNone {
+		return placed{id: "?", ids: a.ids, infos: a.candidates}
+	}
+	return placed{id: a.id, infos: []ctrInfo{a.info}}
+}
+
+// mayRepeat widens a, the counters' place for a kill that may repeat a
+// process the group kill printed before (k.MayRepeat), by the containers
+// those were placed in whose counts cannot be read (removed, gone): a
+// repeat is counted where its process was, and there no count read says
+// that it is not one.
+func (p *Plugin) mayRepeat(k kmsg.Kill, book *killBook, a attribution) attribution {
+	ids, infos := a.ids, a.candidates
+	if !a.unsure() {
+		info := a.info
+		if !a.known {
+			info = outside
+		}
+		ids, infos = []string{a.id}, []ctrInfo{info}
+	}
+	n := len(ids)
+	for _, pid := range k.MayRepeat {
+		pl, ok := book.placeOf(pid)
+		if !ok {
+			continue
+		}
+		cands := pl.ids
+		if pl.id != "?" {
+			cands = []string{pl.id}
+		}
+		for i, id := range cands {
+			// Outside every pod the node's count tells; a count read, its own.
+			if id == "" || slices.Contains(ids, id) || i >= len(pl.infos) || p.countable(id) {
+				continue
+			}
+			ids, infos = append(ids, id), append(infos, pl.infos[i])
+		}
+	}
+	if len(ids) == n {
+		return a
+	}
+	return attribution{by: "counters", ids: ids, candidates: infos}
+}
+
+// countable reports whether the kills of a container the runtime told of
+// are counted, and its count can be read now.
+func (p *Plugin) countable(id string) bool {
+	c, ok := p.knownID(id)
+	if !ok || !c.counted {
+		return false
+	}
+	_, ok = p.oomKillCount(id)
+	return ok
 }
 
 // at is the container cg is in.
@@ -108,11 +168,11 @@ func (p *Plugin) counted(book *killBook, among []string, at time.Duration) attri
 		if every {
 			ids = p.countedIDs()
 		}
-		counting, holding, inPods := p.owing(ids, among)
+		counting, holding, inPods, owed := p.owing(ids, among)
 		if (among == nil || slices.Contains(among, "")) && book.outside(p.root, inPods+book.gone(holding)) {
 			counting = append(counting, "")
 		}
-		if every || wait < 0 || slices.ContainsFunc(counting, func(id string) bool { return id != "" }) {
+		if every || wait < 0 || owed { // a count that may lack kills (unsure) waits for one that holds
 			return p.attribution(counting)
 		}
 	}
@@ -140,28 +200,36 @@ func (p *Plugin) countedIDs() []string {
 }
 
 // owing reads the counts of ids and returns those, among among (nil: any),
-// that hold kills not reported yet, every one that does (holding), and how
-// many they hold in all.
-func (p *Plugin) owing(ids, among []string) (counting, holding []string, inPods uint64) {
+// that hold kills not reported yet or may (counts.unsure), every one that
+// does (holding), how many they hold in all, and whether one in counting
+// holds one for certain (owed).
+func (p *Plugin) owing(ids, among []string) (counting, holding []string, inPods uint64, owed bool) {
+	// A count that may lack kills (counts.unsure) cannot say it holds none.
+	ids = slices.Compact(slices.Sorted(slices.Values(slices.Concat(ids, p.counts.unsure()))))
+	r := p.readCounts(ids)
 	for _, id := range ids {
-		n, ok := p.oomKillCount(id)
+		n, ok := r.n[id]
 		p.mu.Lock()
 		c, still := p.known[id]
 		p.mu.Unlock()
 		if !still || !c.counted {
 			continue
 		}
-		if !ok || n <= c.base+c.reported {
+		unsure := ok && p.counts.isUnsure(id)
+		if !ok || n <= c.base+c.reported && !unsure {
 			p.counts.settled(id)
 			continue
 		}
-		inPods += n - c.base - c.reported
+		holds := n > c.base+c.reported
+		if holds {
+			inPods += n - c.base - c.reported
+		}
 		holding = append(holding, id)
 		if among == nil || slices.Contains(among, id) {
-			counting = append(counting, id)
+			counting, owed = append(counting, id), owed || holds
 		}
 	}
-	return counting, holding, inPods
+	return counting, holding, inPods, owed
 }
 
 // attribution is the kill's place if counting holds one, else its candidates.
@@ -197,10 +265,9 @@ type killBook struct {
 	attributed uint64         // to one container, or outside every pod
 	seen       uint64         // every kill read as the kernel logged it
 	ok         bool           // the node's count could be read
-	victim     string         // the container of the last victim the kernel chose
-	victimIDs  []string       // its candidates, when unsure ("?")
+	victim     placed         // where the last victim the kernel chose was
 	chosen     kmsg.Kill      // that victim's kill: its group's members' OOM
-	members    map[int]string // its group's processes reported: their containers
+	members    map[int]placed // the processes printed in its group's second: where each was
 	// unplaced are the candidates of each kill read and told without its
 	// container (nil: not known); one past maxUnplaced is never gone.
 	unplaced [][]string
@@ -209,6 +276,26 @@ type killBook struct {
 // maxMembers bounds the group members a book keeps (a repeat of one past
 // them is not counted again).
 const maxMembers = 4096
+
+// placed is where the book put a kill: a container's id, "" outside every
+// pod, or "?" unsure among ids; infos names id or ids as they were then.
+type placed struct {
+	id    string
+	ids   []string
+	infos []ctrInfo
+}
+
+// placeOf is where the book put the process pid printed in the last
+// group kill, or that group's victim; false when it kept none.
+func (b *killBook) placeOf(pid int) (placed, bool) {
+	if pl, ok := b.members[pid]; ok {
+		return pl, true
+	}
+	if pid == b.chosen.Pid {
+		return b.victim, true
+	}
+	return placed{}, false
+}
 
 // maxUnplaced bounds the unplaced kills a book keeps the candidates of.
 const maxUnplaced = 4096

@@ -61,6 +61,10 @@ func TestKillAttribution(t *testing.T) {
 		// now, when given, is the log's clock (kmsg.Now) as the records are
 		// read; and the log is never quiet for long enough (lostWait 0).
 		now time.Duration
+		// threads are {pid, tid}: threads /proc still shows.
+		threads [][2]int
+		// goneA, when given, is the record before which A's cgroup is removed.
+		goneA int
 	}{
 		{
 			// memory.oom.group kills A's every process; within the second a
@@ -76,16 +80,72 @@ func TestKillAttribution(t *testing.T) {
 		},
 		{
 			// A's member met again through its thread (its leader exited
-			// meanwhile), which the kernel counts: no kill of its own, and B's
-			// kill after it is still B's.
+			// meanwhile, the thread still in /proc), which the kernel counts:
+			// no kill of its own, and B's kill after it is still B's.
 			name: "group kill in A, a member again through its thread, then B's kill",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				strings.Replace(killed(6, 5002, "init"), "5002 (init)", "5003 (init-gc)", 1), killed(7, 6001, "other")},
+			threads: [][2]int{{5002, 5003}},
+			kills:   map[int][3]int{0: {4, 0, 0}, 6: {0, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`, `oom_group_member=true`,
+				`pod=ml/pod-b container=main pid=6001 command=other oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`, `attributed_by=counters`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main"},
+		},
+		{
+			// The same, the thread gone: no proven repeat, so a kill of its
+			// own; A's count holds it, and says it is A's.
+			name: "group kill in A, a member's figures again, gone",
 			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
 				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
 				strings.Replace(killed(6, 5002, "init"), "5002 (init)", "5003 (init-gc)", 1), killed(7, 6001, "other")},
 			kills: map[int][3]int{0: {4, 0, 0}, 6: {0, 1, 0}},
 			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`, `oom_group_member=true`,
+				`pod=ml/pod-a container=main pid=5003 command=init-gc`, `oom_group_member=true maybe_repeat_of=5002`,
 				`pod=ml/pod-b container=main pid=6001 command=other oom_score_adj=900 rss_kb=520 kind=limit cgroup=""`, `attributed_by=counters`},
-			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main"},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-a main", "ml/pod-b main"},
+		},
+		{
+			// Within the second of A's group kill, B's kill whose oom-kill
+			// record the rate limit dropped, with the figures of A's member
+			// and another name: B's, no repeat of A's member (the issue's
+			// case: no report of its own, A's count raised, B's owing).
+			name: "group kill in A, then B's kill with a member's figures",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				strings.Replace(killed(6, 5002, "init"), "5002 (init)", "6001 (other)", 1), killed(7, 6002, "other")},
+			kills: map[int][3]int{0: {3, 0, 0}, 5: {0, 1, 0}, 6: {0, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`, `oom_group_member=true`,
+				`pod=ml/pod-b container=main pid=6001 command=other`, `attributed_by=counters`, `maybe_repeat_of=5002`,
+				`pod=ml/pod-b container=main pid=6002 command=other`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main", "ml/pod-b main"},
+		},
+		{
+			// The same, A's container gone by the time B's kill is read: its
+			// count cannot say that the kill is no repeat of A's member.
+			name: "group kill in A, then B's kill with a member's figures, A gone",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				strings.Replace(killed(6, 5002, "init"), "5002 (init)", "6001 (other)", 1)},
+			kills:        map[int][3]int{0: {3, 0, 0}, 5: {0, 1, 0}},
+			goneA:        5,
+			want:         []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pid=6001 command=other`, `attributed=false candidates="ml/pod-b/main, ml/pod-a/main"`},
+			events:       []string{"ml/pod-a main", "ml/pod-a main"},
+			unattributed: 1,
+		},
+		{
+			// B's kill in A's second was the victim of B's own group kill: its
+			// repeat is B's, told once.
+			name: "group kill in A, then B's group kill without its record",
+			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"),
+				"6,3,1003,-;Tasks in " + cgA + " are going to be killed due to memory.oom.group set", killed(4, 5002, "init"), killed(5, 5001, "hog"),
+				killed(6, 6001, "other"), "6,7,1007,-;Tasks in " + cgB + " are going to be killed due to memory.oom.group set",
+				killed(8, 6002, "other-w"), killed(9, 6001, "other"), killed(10, 6003, "x")},
+			kills: map[int][3]int{0: {3, 0, 0}, 5: {0, 3, 0}, 9: {0, 1, 0}},
+			want: []string{`pod=ml/pod-a container=main pid=5001 command=hog`, `pod=ml/pod-a container=main pid=5002 command=init`,
+				`pod=ml/pod-b container=main pid=6001 command=other`, `pod=ml/pod-b container=main pid=6002 command=other-w oom_score_adj=900 rss_kb=520 kind=limit`,
+				`oom_group_member=true`, `pod=ml/pod-b container=main pid=6003 command=x`},
+			events: []string{"ml/pod-a main", "ml/pod-a main", "ml/pod-b main", "ml/pod-b main", "ml/pod-b main"},
 		},
 		{
 			// The same, read late: B's kill was counted before A's member
@@ -219,6 +279,9 @@ func TestKillAttribution(t *testing.T) {
 				lostWait = 0
 			}
 			startAll(t, p, []*api.PodSandbox{podA, podB}, []*api.Container{a, b})
+			for _, th := range tc.threads {
+				os.MkdirAll(filepath.Join(root, "proc", fmt.Sprint(th[0]), "task", fmt.Sprint(th[1])), 0o755)
+			}
 			var inA, inB, all int
 			before := map[int]func(){}
 			for i, k := range tc.kills {
@@ -227,7 +290,13 @@ func TestKillAttribution(t *testing.T) {
 					count(events, inA)
 					count(eventsB, inB)
 					vmstat(100 + all)
+					if tc.goneA != 0 && i == tc.goneA {
+						os.RemoveAll(filepath.Dir(events))
+					}
 				}
+			}
+			if tc.goneA != 0 && before[tc.goneA] == nil {
+				t.Fatal("goneA must be a record before which kills are counted")
 			}
 			errs := make([]error, len(tc.records))
 			for i, r := range tc.records {

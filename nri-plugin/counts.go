@@ -24,6 +24,136 @@ type counts struct {
 	wds     map[int32]string
 	ids     map[string]int32
 	suspect map[string]bool // may hold kills not reported: read at the next kill
+	trees   map[string]*tree
+}
+
+// tree is what the plugin read of a container's cgroups' counts on cgroup
+// v1, where each cgroup counts its own kills and one removed takes them
+// out of the container's sum: the books keep them (retired).
+type tree struct {
+	last     map[treeKey]uint64 // each cgroup's count at the last read
+	retired  uint64             // the last counts read of the cgroups removed since
+	departed []string           // the cgroups found removed at the last read
+	node     uint64             // the node's count just before that read
+	nodeOK   bool
+	// unsure: its count may lack kills the books hold or owe (a cgroup
+	// removed after kills no read saw), until a read with no kill in
+	// flight sets its books at its count again (Plugin.settle).
+	unsure bool
+}
+
+// treeKey is one cgroup: a cgroup made again at a path is another.
+type treeKey struct {
+	path string
+	ino  uint64
+}
+
+// maxTree bounds the cgroups a container's tree keeps the count of; past
+// it, a cgroup removed after the node counted a kill makes it unsure.
+const maxTree = 4096
+
+// follow keeps the counts of a container's cgroups read just now (each,
+// between the node's counts r.before and r.after) and returns the
+// container's count: theirs, and those of the cgroups removed since.
+func (c *counts) follow(id string, each []kernel.CgroupKills, r countRead) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.trees == nil {
+		c.trees = map[string]*tree{}
+	}
+	t := c.trees[id]
+	if t == nil {
+		t = &tree{}
+		c.trees[id] = t
+	}
+	cur := make(map[treeKey]uint64, min(len(each), maxTree))
+	var sum uint64
+	over := len(each) > maxTree
+	for _, e := range each {
+		sum += e.Kills
+		if len(cur) < maxTree && (!over || e.Kills > 0) { // past the bound, those that hold kills
+			cur[treeKey{e.Path, e.Ino}] = e.Kills
+		}
+	}
+	t.departed = t.departed[:0]
+	for k, n := range t.last {
+		if _, ok := cur[k]; !ok {
+			t.retired += n
+			t.departed = append(t.departed, k.path)
+		}
+	}
+	// A cgroup removed is whole in the books only if the node counted no kill since it was read.
+	moved := !r.nodeOK || !t.nodeOK || r.after != t.node
+	if moved && (len(t.departed) > 0 || over) {
+		t.unsure = true
+	}
+	t.last, t.node, t.nodeOK = cur, r.before, r.nodeOK
+	return sum + t.retired
+}
+
+// toldIn is a kill told in cgroup sub of the container (below its own)
+// just before its count was read: a cgroup no read saw and now gone took
+// it out of the count, and maybe others with it.
+func (c *counts) toldIn(id, sub string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.trees[id]
+	if t == nil || slices.Contains(t.departed, sub) {
+		return // read before it went: the books followed it
+	}
+	for k := range t.last {
+		if k.path == sub {
+			return
+		}
+	}
+	t.retired++
+	t.unsure = true
+}
+
+// markUnsure is a container whose count may lack kills the books hold.
+func (c *counts) markUnsure(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.trees == nil {
+		c.trees = map[string]*tree{}
+	}
+	if c.trees[id] == nil {
+		c.trees[id] = &tree{}
+	}
+	c.trees[id].unsure = true
+}
+
+// unsure are the containers whose counts may lack kills, sorted.
+func (c *counts) unsure() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id, t := range c.trees {
+		if t.unsure {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// isUnsure reports whether the container's count may lack kills.
+func (c *counts) isUnsure(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.trees[id]
+	return t != nil && t.unsure
+}
+
+// sure are containers whose books were set at their counts.
+func (c *counts) sure(ids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		if t := c.trees[id]; t != nil {
+			t.unsure = false
+		}
+	}
 }
 
 // open starts watching where the counts tell of changes (cgroup v2); the
@@ -73,6 +203,7 @@ func (c *counts) remove(id string) {
 	}
 	delete(c.ids, id)
 	delete(c.suspect, id)
+	delete(c.trees, id)
 }
 
 // changed are the containers whose counts a kill must read, sorted;

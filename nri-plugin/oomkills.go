@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,6 +208,7 @@ func (p *Plugin) watchKills(ctx context.Context, open func(oldest bool) (kmsgSou
 			}
 			if how == live {
 				book.seen++
+				p.settle(&book)
 			}
 			if how != reportedBefore {
 				pw.reported(k.Seq)
@@ -230,10 +233,8 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 		if how != live { // the books were opened after it
 			return false
 		}
-		id, ok := book.victim, true
-		if k.Pid != book.chosen.Pid {
-			id, ok = book.members[k.Pid]
-		}
+		pl, ok := book.placeOf(k.Pid)
+		id := pl.id
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		c, known := p.known[id]
@@ -245,7 +246,7 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 		switch {
 		case told:
 		case id == "?":
-			book.unplace(book.victimIDs)
+			book.unplace(pl.ids)
 		case ok: // a container removed since
 			book.unplace([]string{id})
 		default:
@@ -254,19 +255,19 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 		return told
 	}
 	a := p.attribute(k, book, how == live)
-	if a.member { // killed for the victim's OOM
-		k.Constraint, k.OOMMemcg, k.Readings = book.chosen.Constraint, book.chosen.OOMMemcg, book.chosen.Readings
+	if k.GroupOf != "" { // printed while the kernel killed a group: its victim stays the one it chose
+		// Another group's member (its victim's record in this group's second) keeps its own limit.
+		if a.member && (book.chosen.TaskMemcg == "" || holds(k.GroupOf, book.chosen.TaskMemcg)) {
+			k.Constraint, k.OOMMemcg, k.Readings = book.chosen.Constraint, book.chosen.OOMMemcg, book.chosen.Readings
+		}
 		if book.members == nil {
-			book.members = map[int]string{}
+			book.members = map[int]placed{}
 		}
 		if len(book.members) < maxMembers {
-			book.members[k.Pid] = a.id
+			book.members[k.Pid] = a.placed()
 		}
 	} else {
-		book.victim, book.victimIDs, book.chosen, book.members = a.id, nil, k, nil
-		if a.unsure() || a.by == byNone {
-			book.victim, book.victimIDs = "?", a.ids
-		}
+		book.victim, book.chosen, book.members = a.placed(), k, nil
 	}
 	if how == reportedBefore {
 		return false
@@ -279,6 +280,7 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 			p.known[a.id] = c
 		}
 		p.mu.Unlock()
+		p.refresh(a.id, a.cgroup)
 	}
 	attrs := []any{"pid", k.Pid, "command", escape.Terminal(k.Comm), "oom_score_adj", k.ScoreAdj, "rss_kb", k.RSSKiB,
 		"kind", kind, "cgroup", escape.Terminal(a.cgroup), "kernel_time", k.Time.Round(time.Millisecond)}
@@ -300,6 +302,13 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 		attrs = append(attrs, "oom_group_of", escape.Terminal(k.GroupOf))
 	case kind == KillNode:
 		attrs = append(attrs, p.predicted(k)...)
+	}
+	if len(k.MayRepeat) > 0 { // its own kill, or one of these again through a thread gone from /proc
+		pids := make([]string, len(k.MayRepeat))
+		for i, pid := range k.MayRepeat {
+			pids[i] = strconv.Itoa(pid)
+		}
+		attrs = append(attrs, "maybe_repeat_of", strings.Join(pids, ","))
 	}
 	if a.by == byNone { // caught up on, and nothing left tells whose
 		p.m.unattributed.WithLabelValues(kind).Inc()
@@ -452,6 +461,7 @@ type lostTally struct {
 	counts  map[string]uint64 // every counted container's, as read
 	losses  []containerLoss   // the containers whose count holds kills not reported
 	inPods  uint64            // their sum
+	unsure  []containerLoss   // the containers whose count may lack kills (counts.unsure)
 }
 
 // containerLoss is a container's kills whose records were lost.
@@ -461,11 +471,23 @@ type containerLoss struct {
 	n    uint64
 }
 
-// holding are the containers whose count holds kills not reported.
+// holders are the containers whose count holds kills not reported, or
+// may (unsure).
+func (t lostTally) holders() []containerLoss {
+	var out []containerLoss
+	for _, l := range slices.Concat(t.losses, t.unsure) {
+		if !slices.ContainsFunc(out, func(h containerLoss) bool { return h.id == l.id }) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// holding are the holders' ids.
 func (t lostTally) holding() []string {
-	ids := make([]string, len(t.losses))
-	for i, l := range t.losses {
-		ids[i] = l.id
+	var ids []string
+	for _, l := range t.holders() {
+		ids = append(ids, l.id)
 	}
 	return ids
 }
@@ -476,15 +498,21 @@ func (t lostTally) holding() []string {
 func (p *Plugin) countLost() lostTally {
 	t := lostTally{counts: map[string]uint64{}}
 	t.node, t.nodeErr = kernel.NodeOOMKills(p.root)
-	for _, id := range p.countedIDs() {
-		n, ok := p.oomKillCount(id)
+	ids := p.countedIDs()
+	r := p.readCounts(ids)
+	for _, id := range ids {
+		n, ok := r.n[id]
 		if !ok {
 			continue
 		}
 		t.counts[id] = n
-		if c, still := p.knownID(id); still && n > c.base+c.reported {
+		c, still := p.knownID(id)
+		if still && n > c.base+c.reported {
 			t.losses = append(t.losses, containerLoss{id, c, n - c.base - c.reported})
 			t.inPods += n - c.base - c.reported
+		}
+		if still && p.counts.isUnsure(id) {
+			t.unsure = append(t.unsure, containerLoss{id: id, info: c})
 		}
 	}
 	return t
@@ -506,13 +534,14 @@ func (p *Plugin) tellLost(t lostTally, book *killBook) {
 		since := node - book.base
 		all = since - min(book.seen, since)
 		outsideToo = since-min(placed, since) > inPods
-		exact = inPods <= all && book.seen == placed // a kill told without its container may be in some count
+		// A kill told without its container may be in some count; a count that may lack kills cannot tell.
+		exact = inPods <= all && book.seen == placed && len(t.unsure) == 0
 	}
 	const msg = "OOM kills whose kernel records were overwritten before oomguard read them"
 	switch {
 	case !exact && all > 0:
 		var names []string
-		for _, l := range losses {
+		for _, l := range t.holders() {
 			names = append(names, escape.Terminal(l.info.namespace+"/"+l.info.pod+"/"+l.info.name))
 		}
 		if outsideToo {
@@ -552,14 +581,17 @@ func (p *Plugin) rebase(book *killBook) { p.restart(book, p.countLost()) }
 // containers' (those not read keep theirs).
 func (p *Plugin) restart(book *killBook, t lostTally) {
 	*book = killBook{base: t.node, ok: t.nodeErr == nil}
+	var read []string
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for id, n := range t.counts {
 		if c, still := p.known[id]; still {
 			c.base, c.reported = n, 0
 			p.known[id] = c
+			read = append(read, id)
 		}
 	}
+	p.mu.Unlock()
+	p.counts.sure(read)
 }
 
 // countFrom records the container's memory.events oom_kill as its baseline,
@@ -584,12 +616,109 @@ func (p *Plugin) countFrom(id string) {
 
 // oomKillCount is the kills the kernel counted in the container (v1 and v2).
 func (p *Plugin) oomKillCount(id string) (uint64, bool) {
+	n, ok := p.readCounts([]string{id}).n[id]
+	return n, ok
+}
+
+// countRead is the kills the kernel counted in containers, read between
+// two readings of the node's count.
+type countRead struct {
+	n             map[string]uint64 // by container: those read
+	before, after uint64
+	nodeOK        bool
+}
+
+// readCounts reads the kills counted in containers ids: on cgroup v2 the
+// container's count, which holds its children's; on v1 each of its
+// cgroups' own, which the books follow (counts.follow) so that a cgroup
+// removed keeps its kills in the container's count. A count below the
+// kills told there makes the container unsure.
+func (p *Plugin) readCounts(ids []string) countRead {
+	r := countRead{n: make(map[string]uint64, len(ids))}
+	before, err1 := kernel.NodeOOMKills(p.root)
+	type walked struct {
+		id   string
+		each []kernel.CgroupKills
+	}
+	var trees []walked
+	v2 := p.node.Load().Mode() == kernel.ModeV2
+	for _, id := range ids {
+		ctr, ok := p.locate(id)
+		if !ok {
+			continue
+		}
+		if v2 {
+			if n, err := ctr.OOMKills(); err == nil {
+				r.n[id] = n
+			}
+			continue
+		}
+		if each, err := ctr.OOMKillsByCgroup(); err == nil {
+			trees = append(trees, walked{id, each})
+		}
+	}
+	after, err2 := kernel.NodeOOMKills(p.root)
+	r.before, r.after, r.nodeOK = before, after, err1 == nil && err2 == nil
+	for _, t := range trees {
+		r.n[t.id] = p.counts.follow(t.id, t.each, r)
+	}
+	p.mu.Lock()
+	var short []string
+	for id, n := range r.n {
+		if c, ok := p.known[id]; ok && c.counted && n < c.base+c.reported {
+			short = append(short, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range short {
+		p.counts.markUnsure(id)
+	}
+	return r
+}
+
+// refresh reads the count of a container a kill was just told in, on
+// cgroup v1: the cgroup cg it was counted in is read while it is there,
+// and one gone already took the kill out of the count (counts.toldIn).
+func (p *Plugin) refresh(id, cg string) {
+	if p.node.Load().Mode() == kernel.ModeV2 {
+		return
+	}
 	ctr, ok := p.locate(id)
 	if !ok {
-		return 0, false
+		return
 	}
-	n, err := ctr.OOMKills()
-	return n, err == nil
+	if _, ok := p.readCounts([]string{id}).n[id]; !ok || cg == "" {
+		return
+	}
+	if top := ctr.Cgroup(); cg != top && strings.HasPrefix(cg, top+"/") {
+		p.counts.toldIn(id, strings.TrimPrefix(cg, top))
+	}
+}
+
+// settle sets the books of the containers whose counts may lack kills at
+// their counts, once no kill is in flight: every kill the node counted
+// read and told, and none counted while their counts were read. Their
+// kills told unsure stay told, and leave their counts.
+func (p *Plugin) settle(book *killBook) {
+	ids := p.counts.unsure()
+	if len(ids) == 0 || !book.ok {
+		return
+	}
+	r := p.readCounts(ids)
+	if !r.nodeOK || r.before != r.after || r.after != book.base+book.seen {
+		return
+	}
+	var read []string
+	p.mu.Lock()
+	for id, n := range r.n {
+		if c, ok := p.known[id]; ok && c.counted {
+			c.base, c.reported = n, 0
+			p.known[id] = c
+			read = append(read, id)
+		}
+	}
+	p.mu.Unlock()
+	p.counts.sure(read)
 }
 
 // locate is the cgroup of a container the runtime told of.

@@ -122,7 +122,10 @@ func TestKillsReported(t *testing.T) {
 	p.waitBackground()
 	// Six kills since in the sidecar: 1002, 1008, 1007, 1008 again (the
 	// kernel counts the victim twice when it kills its group), 1007 again
-	// through its thread 1010, named, one (1003) not.
+	// through its thread 1010 (still in /proc), named, one (1003) not.
+	if err := os.MkdirAll(filepath.Join(root, "proc/1007/task/1010"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(memEvents, []byte("oom 6\noom_kill 6\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

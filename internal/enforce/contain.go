@@ -274,6 +274,12 @@ func (c *Container) MemoryEvents() (map[string]uint64, error) {
 // (kernel.OOMKills).
 func (c *Container) OOMKills() (uint64, error) { return kernel.OOMKills(c.n.root, c.n.mode, c.cgroup) }
 
+// OOMKillsByCgroup is each cgroup's count in the container's tree on
+// cgroup v1, its one count on v2 (kernel.OOMKillsByCgroup).
+func (c *Container) OOMKillsByCgroup() ([]kernel.CgroupKills, error) {
+	return kernel.OOMKillsByCgroup(c.n.root, c.n.mode, c.cgroup)
+}
+
 // IsGone reports whether err means the container or process no longer exists.
 func IsGone(err error) bool { return kernel.IsGone(err) }
 

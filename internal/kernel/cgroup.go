@@ -431,22 +431,55 @@ func OOMKills(root string, mode Mode, cg string) (uint64, error) {
 		}
 		return n, nil
 	}
+	each, err := OOMKillsByCgroup(root, mode, cg)
 	var n uint64
+	for _, c := range each {
+		n += c.Kills
+	}
+	return n, err
+}
+
+// CgroupKills is one cgroup's own count of OOM kills in a container's tree.
+type CgroupKills struct {
+	Path string // below the container's cgroup: "" for itself, "/a/b" …
+	// Ino is its directory's: a cgroup made again at a path is another.
+	Ino   uint64
+	Kills uint64
+}
+
+// OOMKillsByCgroup is, on cgroup v1, the count of each cgroup in cg's
+// tree (memory.oom_control's oom_kill, each its own): a cgroup removed
+// takes its kills out of the sum, and a reader that kept each count can
+// keep them. On v2 it is cg's count alone, which holds its children's.
+func OOMKillsByCgroup(root string, mode Mode, cg string) ([]CgroupKills, error) {
+	if mode == ModeV2 {
+		n, err := OOMKills(root, mode, cg)
+		if err != nil {
+			return nil, err
+		}
+		return []CgroupKills{{Kills: n}}, nil
+	}
+	top := MemoryCgroupDir(root, mode, cg)
+	var out []CgroupKills
 	var found bool
 	err := WalkCgroup(root, mode, cg, func(d *CgroupDir) error {
 		b, err := readAt(d.fd, d.path+"/", "memory.oom_control", MaxSmall)
 		if err != nil {
 			return err
 		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(d.fd, &st); err != nil {
+			return &os.PathError{Op: "fstat", Path: d.path, Err: err}
+		}
 		v, ok := KeyValues(b)["oom_kill"]
 		found = found || ok
-		n += v
+		out = append(out, CgroupKills{Path: strings.TrimPrefix(d.path, top), Ino: st.Ino, Kills: v})
 		return nil
 	})
 	if err == nil && !found {
-		return 0, fmt.Errorf("memory.oom_control of %s has no oom_kill (a kernel before 4.13): %w", cg, ErrUnsupported)
+		return nil, fmt.Errorf("memory.oom_control of %s has no oom_kill (a kernel before 4.13): %w", cg, ErrUnsupported)
 	}
-	return n, err
+	return out, err
 }
 
 // MemoryLimit is cgroup cg's own memory limit in bytes; false when it has none.

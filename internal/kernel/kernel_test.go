@@ -572,3 +572,68 @@ func TestWritesTruncateOnlyTrees(t *testing.T) {
 		t.Fatalf("oom_score_adj %d after writing %d", got, self)
 	}
 }
+
+// On cgroup v1 each cgroup counts its own kills: the container's count is
+// their sum, and each is told with its cgroup, so that a reader can keep
+// the kills of a child removed; a child made again at its path is another.
+func TestOOMKillsByCgroup(t *testing.T) {
+	const cg = "/kubepods/podU/ctr"
+	oc := func(n int) string { return "oom_kill_disable 0\nunder_oom 0\noom_kill " + strconv.Itoa(n) + "\n" }
+	root := tree(t, map[string]string{
+		"sys/fs/cgroup/memory" + cg + "/memory.oom_control":                        oc(1),
+		"sys/fs/cgroup/memory" + cg + "/system.slice/memory.oom_control":           oc(0),
+		"sys/fs/cgroup/memory" + cg + "/system.slice/a.service/memory.oom_control": oc(3),
+		"sys/fs/cgroup/memory" + cg + "/user.slice/memory.oom_control":             oc(2),
+		"sys/fs/cgroup/memory/kubepods/podU/other/memory.oom_control":              oc(9),
+		"sys/fs/cgroup/kubepods/podU/ctr/memory.events":                            "oom 7\noom_kill 7\n",
+	})
+	got := func() map[string]CgroupKills {
+		t.Helper()
+		each, err := OOMKillsByCgroup(root, ModeV1, cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]CgroupKills{}
+		for _, c := range each {
+			if c.Ino == 0 {
+				t.Errorf("%q: no inode", c.Path)
+			}
+			m[c.Path] = c
+		}
+		return m
+	}
+	first := got()
+	want := map[string]uint64{"": 1, "/system.slice": 0, "/system.slice/a.service": 3, "/user.slice": 2}
+	if len(first) != len(want) {
+		t.Fatalf("cgroups %v, want %v", first, want)
+	}
+	for p, n := range want {
+		if first[p].Kills != n {
+			t.Errorf("%q: %d kills, want %d", p, first[p].Kills, n)
+		}
+	}
+	if n, err := OOMKills(root, ModeV1, cg); err != nil || n != 6 {
+		t.Errorf("OOMKills = %d, %v; want the sum, 6", n, err)
+	}
+	// The unit's cgroup removed, and made again.
+	dir := filepath.Join(root, "sys/fs/cgroup/memory", cg, "system.slice/a.service")
+	keep := filepath.Join(root, "kept")
+	if err := os.Rename(dir, keep); err != nil { // its inode stays taken
+		t.Fatal(err)
+	}
+	if n, _ := OOMKills(root, ModeV1, cg); n != 3 {
+		t.Errorf("after the unit's removal OOMKills = %d, want 3", n)
+	}
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "memory.oom_control"), []byte(oc(0)), 0o644)
+	if again := got()["/system.slice/a.service"]; again.Ino == first["/system.slice/a.service"].Ino || again.Kills != 0 {
+		t.Errorf("made again: %+v, was %+v", again, first["/system.slice/a.service"])
+	}
+	// On v2 the container's count holds its children's.
+	if each, err := OOMKillsByCgroup(root, ModeV2, cg); err != nil || len(each) != 1 || each[0].Kills != 7 || each[0].Path != "" {
+		t.Errorf("v2: %+v, %v", each, err)
+	}
+	if _, err := OOMKillsByCgroup(tree(t, map[string]string{"sys/fs/cgroup/memory" + cg + "/memory.oom_control": "under_oom 0\n"}), ModeV1, cg); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a kernel before 4.13: %v", err)
+	}
+}

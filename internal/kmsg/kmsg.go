@@ -84,8 +84,13 @@ type Kill struct {
 	PgTablesKiB uint64
 	// Again is a process killed a second time, as one of its own group
 	// (Pid and Comm are as first reported): the kernel counted it twice,
-	// and it is no new kill.
+	// and it is no new kill. Only a proven repeat is one: the same pid, or
+	// a thread /proc shows in a process the group kill printed.
 	Again bool
+	// MayRepeat are the processes this group kill printed before that this
+	// kill, its own, may still repeat through one of their threads: the
+	// same figures, and /proc could not tell (at most maxMayRepeat).
+	MayRepeat []int
 	// GroupOf is the cgroup whose tasks the kernel was killing for
 	// memory.oom.group when it printed this kill without an oom-kill line
 	// of its own: this kill may be one of that group (killed for the same
@@ -205,6 +210,10 @@ type Parser struct {
 	pending *summary // from the oom-kill line, until its Killed process line
 	last    Kill     // the last kill the kernel chose
 	lastMM  mmFigures
+	// prev is the last kill fed, repeats aside: a group's line follows
+	// its victim's record at once (oom_kill_process, under the OOM lock).
+	prev   Kill
+	prevMM mmFigures
 	// group is the cgroup whose every task the kernel kills with last (its
 	// memory.oom.group), until the next oom-kill line or groupWindow.
 	group string
@@ -246,8 +255,10 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	if r.Priority>>3 != 0 {
 		return Kill{}, false
 	}
-	if m := groupRE.FindStringSubmatch(r.Msg); m != nil && p.last.Pid != 0 {
+	if m := groupRE.FindStringSubmatch(r.Msg); m != nil && p.prev.Pid != 0 {
 		p.group = m[1]
+		// The victim is the kill just before, even one printed in another group's second.
+		p.last, p.lastMM = p.prev, p.prevMM
 		p.last.Time = r.Time
 		p.printed, p.nPrinted = nil, 0
 		p.print(p.lastMM, p.last)
@@ -275,14 +286,15 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	inGroup := p.group != "" && p.pending == nil && r.Time-p.last.Time <= groupWindow
 	if inGroup {
 		first, ok := p.last, pid == p.last.Pid
+		var may []int
 		if !ok {
-			first, ok = p.repeat(pid, m[2], mm)
+			first, ok, may = p.repeat(pid, mm)
 		}
 		if ok {
-			first.Seq, first.Time, first.Again = r.Seq, r.Time, true
+			first.Seq, first.Time, first.Again, first.MayRepeat = r.Seq, r.Time, true, nil
 			return first, true
 		}
-		k = Kill{GroupOf: p.group}
+		k = Kill{GroupOf: p.group, MayRepeat: may}
 	} else if p.pending != nil && p.pending.pid == pid {
 		k = Kill{Constraint: p.pending.constraint, Readings: p.pending.readings}
 		if len(k.Readings) == 1 {
@@ -304,6 +316,7 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 	} else {
 		p.last, p.lastMM = k, mm
 	}
+	p.prev, p.prevMM = k, mm
 	return k, true
 }
 
@@ -311,28 +324,33 @@ func (p *Parser) Feed(r Record) (Kill, bool) {
 // a group process by process, and one whose leader exits meanwhile may be
 // met again: it is printed then through the thread that still holds its
 // memory (find_lock_task_mm), with that thread's id and name and the
-// process's figures. Equal figures alone do not tell (idle copies of one
-// program have them too): the thread is looked up while it lives, and
-// otherwise only another name under the same figures is a repeat.
-func (p *Parser) repeat(pid int, comm string, mm mmFigures) (Kill, bool) {
+// process's figures. Equal figures and names do not tell (idle copies of
+// one program; another pod's rate-limited kill within the second): a
+// record repeats only a process printed with its pid, or one /proc shows
+// it a thread of. The others of equal figures that /proc cannot tell of
+// are returned in may: the kill is its own, and may still be a repeat.
+func (p *Parser) repeat(pid int, mm mmFigures) (first Kill, ok bool, may []int) {
 	for _, first := range p.printed[mm] {
 		if first.Pid == pid {
-			return first, true
+			return first, true, nil
 		}
 		if p.SameProcess != nil {
 			if same, known := p.SameProcess(first.Pid, pid); known {
 				if same {
-					return first, true
+					return first, true, nil
 				}
 				continue
 			}
 		}
-		if first.Comm != comm {
-			return first, true
+		if len(may) < maxMayRepeat {
+			may = append(may, first.Pid)
 		}
 	}
-	return Kill{}, false
+	return Kill{}, false, may
 }
+
+// maxMayRepeat bounds the processes one kill is said to may repeat.
+const maxMayRepeat = 8
 
 // print notes a process reported in this group kill.
 func (p *Parser) print(mm mmFigures, k Kill) {

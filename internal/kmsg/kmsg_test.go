@@ -1,6 +1,7 @@
 package kmsg
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"strings"
@@ -153,17 +154,43 @@ func TestParserGroupRepeats(t *testing.T) {
 		threads map[[2]int]bool // {pid, tid}: known, same
 		want    []string
 	}{
-		{"the victim through a renamed thread", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3716, "hog", fig)),
-			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep", "3271 grp-hog again"}},
+		// Gone from /proc, the thread is no proven repeat: its own kill,
+		// with the processes it may repeat (their figures).
+		{"the victim through a renamed thread, gone", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3716, "hog", fig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep may repeat [3300]", "3716 hog may repeat [3271]"}},
+		{"the victim through a renamed thread, still there", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3716, "hog", fig)),
+			map[[2]int]bool{{3271, 3716}: true, {3300, 3301}: false}, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep", "3271 grp-hog again"}},
 		// Idle copies of one program: the same figures, each its own process.
 		{"copies of one program", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3302, "sleep", sleepFig)),
-			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep", "3302 sleep"}},
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep may repeat [3300]", "3302 sleep may repeat [3300 3301]"}},
+		{"a copy again by its pid", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 3301, "sleep", sleepFig), killed(7, 3301, "sleep", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "3301 sleep may repeat [3300]", "3301 sleep again"}},
 		{"a thread of the same name, still there", append(head[:4:4], killed(5, 3716, "grp-hog", fig)),
 			map[[2]int]bool{{3271, 3716}: true}, []string{"3271 grp-hog", "3271 grp-hog again", "3271 grp-hog again"}},
 		{"another process, still there", append(head[:4:4], killed(5, 3716, "hog", fig)),
 			map[[2]int]bool{{3271, 3716}: false}, []string{"3271 grp-hog", "3271 grp-hog again", "3716 hog"}},
 		{"a member through its thread", append(head[:4:4], killed(5, 3300, "worker", sleepFig), killed(6, 3310, "worker-io", sleepFig)),
-			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 worker", "3300 worker again"}},
+			map[[2]int]bool{{3300, 3310}: true}, []string{"3271 grp-hog", "3271 grp-hog again", "3300 worker", "3300 worker again"}},
+		// Within a second of A's group kill, another pod's kill whose oom-kill
+		// record the rate limit dropped, with the figures of one of A's
+		// members and another name: a pid never printed in the group, never
+		// proven one of its processes, is a kill of its own.
+		{"another pod's kill with a member's figures", append(head[:4:4], killed(5, 3300, "sleep", sleepFig), killed(6, 4400, "worker", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3300 sleep", "4400 worker may repeat [3300]"}},
+		{"another pod's kill with the victim's figures", append(head[:4:4], killed(5, 4400, "hog", fig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "4400 hog may repeat [3271]"}},
+		// Another pod's victim in the second, its oom-kill record dropped,
+		// then its own group kill: its repeat is of it, not of the first.
+		{"another group's victim without its record", append(head[:4:4], killed(5, 4400, "other", sleepFig),
+			"6,6,5000006,-;Tasks in /k/podH/c are going to be killed due to memory.oom.group set",
+			killed(7, 4401, "other-w", fig), killed(8, 4400, "other", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "4400 other", "4401 other-w", "4400 other again"}},
+		// A record with its own oom-kill line names its own cgroup: its own
+		// kill, whatever its pid and figures.
+		{"a record from another cgroup", append(head[:4:4],
+			"6,5,5000005,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=/k/podH/c,task_memcg=/k/podH/c,task=grp-hog,pid=3271,uid=0",
+			killed(6, 3271, "grp-hog", fig), killed(7, 3300, "sleep", sleepFig)),
+			nil, []string{"3271 grp-hog", "3271 grp-hog again", "3271 grp-hog", "3300 sleep"}},
 		// The next group kill starts its own list.
 		{"another group's copy", append(head[:4:4], killed(5, 3300, "sleep", sleepFig),
 			"6,6,7000000,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0,oom_memcg=/k/podH/c,task_memcg=/k/podH/c,task=hog,pid=4000,uid=0",
@@ -187,6 +214,9 @@ func TestParserGroupRepeats(t *testing.T) {
 					if k.Again {
 						g += " again"
 					}
+					if len(k.MayRepeat) > 0 {
+						g += fmt.Sprintf(" may repeat %v", k.MayRepeat)
+					}
 					got = append(got, g)
 				}
 			}
@@ -206,7 +236,8 @@ func TestGlobal(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{memcgLine, memcgKill, globalLine, globalKill, groupLine, "6,1;x", ""} {
+	for _, s := range []string{memcgLine, memcgKill, globalLine, globalKill, groupLine, "6,1;x", "",
+		groupKill(905, 1000300, "Memory cgroup out of memory", 6100, "worker")} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -289,4 +320,51 @@ func TestParserCleanResumes(t *testing.T) {
 			t.Errorf("resumed after record %d: kills\n%+v\nwant\n%+v", i, got, steps[i].kills)
 		}
 	}
+}
+
+// Records in any order and any number, /proc telling nothing (every
+// process gone): a kill is a repeat only of a process printed with its
+// very pid, and may repeat only processes printed before it.
+func FuzzParserRepeats(f *testing.F) {
+	const fig = "total-vm:2260kB, anon-rss:4kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:28kB oom_score_adj:-997"
+	group := []string{memcgLine, memcgKill, groupLine,
+		groupKill(904, 1000200, "Memory cgroup out of memory", 4200, "init"),
+		// Another pod's kill without its oom-kill record, with init's figures.
+		groupKill(905, 1000300, "Memory cgroup out of memory", 6100, "worker"),
+		groupKill(906, 1000400, "Memory cgroup out of memory", 4242, "python3"),
+		groupKill(907, 1000500, "Memory cgroup out of memory", 4201, "init")}
+	f.Add([]byte(strings.Join(group, "\x00")))
+	f.Add([]byte(strings.Join(group[:5], "\x00")))
+	f.Add([]byte(strings.Join(append(group[:4:4], groupKill(905, 1000300, "Memory cgroup out of memory", 4201, "init"),
+		groupKill(906, 1000400, "Memory cgroup out of memory", 4201, "init")), "\x00")))
+	f.Add([]byte(strings.Join([]string{memcgLine, memcgKill, groupLine, "3,904,1000200,-;Memory cgroup out of memory: Killed process 4300 (hog) " + fig,
+		strings.Replace(memcgLine, "4242", "4300", 1), "3,905,1000300,-;Memory cgroup out of memory: Killed process 4300 (hog) " + fig}, "\x00")))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := Parser{SameProcess: func(int, int) (bool, bool) { return false, false }}
+		printed := map[int]bool{}
+		for _, s := range bytes.Split(b, []byte{0}) {
+			r, err := ParseRecord(s)
+			if err != nil {
+				continue
+			}
+			k, ok := p.Feed(r)
+			if !ok {
+				continue
+			}
+			if k.Again && (!printed[k.Pid] || !strings.Contains(r.Msg, fmt.Sprintf(" Killed process %d (", k.Pid)) || len(k.MayRepeat) > 0) {
+				t.Fatalf("kill %+v from %q: a repeat not proven", k, r.Msg)
+			}
+			if len(k.MayRepeat) > maxMayRepeat || len(k.MayRepeat) > 0 && k.GroupOf == "" {
+				t.Fatalf("kill %+v from %q: may repeat %v", k, r.Msg, k.MayRepeat)
+			}
+			for _, pid := range k.MayRepeat {
+				if !printed[pid] || pid == k.Pid {
+					t.Fatalf("kill %+v from %q: may repeat %d, never printed before", k, r.Msg, pid)
+				}
+			}
+			if !k.Again {
+				printed[k.Pid] = true
+			}
+		}
+	})
 }

@@ -63,8 +63,9 @@ func (p *Plugin) reconcileLoop(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// reconcile decides and sets every container the runtime runs or is
-// starting that the plugin does not know.
+// reconcile decides and sets every container the runtime runs that the
+// plugin does not know: NRI tells a plugin of a container before it runs,
+// so one running that the plugin does not know it will never be told of.
 func (p *Plugin) reconcile(ctx context.Context) {
 	ep := cri.Find(p.root, p.nri.CRIEndpoint)
 	if ep == "" {
@@ -99,7 +100,8 @@ func (p *Plugin) reconcile(ctx context.Context) {
 		byID[pods[i].ID] = &pods[i]
 	}
 	for _, ctr := range ctrs {
-		if (ctr.State != cri.Created && ctr.State != cri.Running) || p.isKnown(ctr.ID) {
+		// One created but not started yet has its StartContainer to come.
+		if ctr.State != cri.Running || p.isKnown(ctr.ID) {
 			continue
 		}
 		p.adopt(ctx, c, byID[ctr.SandboxID], ctr)
@@ -187,10 +189,7 @@ func nriOf(pod *cri.Sandbox, ctr cri.Container, st cri.Status) (*api.PodSandbox,
 	s := st.Spec
 	nc := &api.Container{Id: ctr.ID, PodSandboxId: ctr.SandboxID, Name: ctr.Name, Labels: ctr.Labels,
 		Annotations: s.Annotations, Pid: st.Pid, Linux: &api.LinuxContainer{}}
-	nc.State = api.ContainerState_CONTAINER_CREATED
-	if ctr.State == cri.Running {
-		nc.State = api.ContainerState_CONTAINER_RUNNING
-	}
+	nc.State = api.ContainerState_CONTAINER_RUNNING
 	if s.Process != nil {
 		nc.Args = s.Process.Args
 		if s.Process.OOMScoreAdj != nil {

@@ -3,6 +3,7 @@ package nriplugin
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/oomguard/oomguard/internal/enforce"
@@ -61,16 +62,15 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 	go func() { <-ctx.Done(); <-done; src.Close() }()
 	set := newRecent(maxRecent, maxRecentPer, recentFor)
 	var evs []execwatch.Event
-	var rescored time.Time
+	lost := newRescorer(p)
+	defer lost.stop()
+	forks := newForkedBy(maxRecent)
 	for ctx.Err() == nil {
 		evs, err = src.Read(evs[:0])
 		switch {
 		case errors.Is(err, execwatch.ErrLost):
 			p.m.execLost.Inc()
-			if time.Since(rescored) > rescoreEvery { // what the dropped events told of is not followed
-				rescored = time.Now()
-				p.afterReply(p.rescoreAll)
-			}
+			lost.lost() // what the dropped events told of is not followed
 		case err != nil:
 			if ctx.Err() == nil {
 				p.log.Warn("watching execs failed; processes exec'd into guarded containers are set at the next verification", "err", err)
@@ -80,16 +80,18 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 		now := time.Now()
 		for _, e := range evs {
 			if e.Parent == 0 {
-				p.execd(e, set, now)
+				p.execd(e, set, forks, now)
 				continue
 			}
+			forks.add(e.Pid, e.Parent)
 			g, ok := set.get(e.Parent, now)
 			if !ok {
 				continue
 			}
-			if g == nil { // its parent was gone before its exec was read: the child says where it runs
-				if g = p.guardAt(e.Pid); g == nil {
-					if p.gone(e.Pid) {
+			if g == nil { // its parent had exited before its exec was read: the child says where it runs
+				var exited bool
+				if g, exited, _ = p.guardAt(e.Pid); g == nil {
+					if exited {
 						set.add(e.Pid, nil, now)
 					}
 					continue
@@ -108,44 +110,83 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 // An exec the kernel filtered names its container's cgroup; else /proc
 // says, unless no container has a score to set. A fork that names another
 // parent (clone with CLONE_PARENT) names the exec'd process's parent: that
-// parent's forks are followed too, and set only where they run in g.
-func (p *Plugin) execd(e execwatch.Event, set *recent, now time.Time) {
+// parent's forks are followed too, and set only where they run in g. A
+// process that exited before its exec was read names no container: its
+// forks, and its parent's, are looked up where they run.
+func (p *Plugin) execd(e execwatch.Event, set *recent, forks *forkedBy, now time.Time) {
+	// Its parent now, and the one it was forked by (a runtime's exec hands
+	// it to a subreaper when it exits): a CLONE_PARENT child names either.
+	follow := func(g *guard, ppid int) {
+		for _, pp := range []int{ppid, forks.parent(e.Pid)} {
+			if pp > 1 && !set.has(pp, now) {
+				set.add(pp, g, now)
+			}
+		}
+	}
 	var g *guard
 	if e.Cgroup != 0 {
 		g = p.scored.of(e.Cgroup)
 	} else if p.scored.any.Load() {
-		cg, err := p.node.Load().Cgroup(e.Pid)
-		if err != nil {
-			if p.gone(e.Pid) { // gone already (a daemon's first fork exits at once): its forks say where it ran
-				set.add(e.Pid, nil, now)
-			}
+		var exited bool
+		var ppid int
+		if g, exited, ppid = p.guardAt(e.Pid); exited {
+			set.add(e.Pid, nil, now)
+			follow(nil, ppid)
 			return
 		}
-		g = p.guardOf(cg)
 	}
 	if g == nil || !p.setProcess(g, e, "exec") {
 		return
 	}
 	set.add(e.Pid, g, now)
-	if ppid, err := kernel.Parent(p.root, e.Pid); err == nil && ppid > 1 && !set.has(ppid, now) {
-		set.add(ppid, g, now)
-	}
+	ppid, _, _ := kernel.Parent(p.root, e.Pid)
+	follow(g, ppid)
 }
 
-// guardAt is the guarded container the process runs in, by /proc; nil
-// when none, or it is gone.
-func (p *Plugin) guardAt(pid int) *guard {
+// forkedBy is the parent each of the last forks read named, for an exec'd
+// process whose /proc no longer says.
+type forkedBy struct {
+	ring    []forkPair
+	next    int
+	byChild map[int]int
+}
+
+type forkPair struct{ child, parent int }
+
+func newForkedBy(n int) *forkedBy {
+	return &forkedBy{ring: make([]forkPair, n), byChild: make(map[int]int, n)}
+}
+
+func (f *forkedBy) add(child, parent int) {
+	if old := f.ring[f.next]; old.child != 0 && f.byChild[old.child] == old.parent {
+		delete(f.byChild, old.child)
+	}
+	f.ring[f.next] = forkPair{child, parent}
+	f.byChild[child] = parent
+	f.next = (f.next + 1) % len(f.ring)
+}
+
+func (f *forkedBy) parent(child int) int { return f.byChild[child] }
+
+// guardAt is the guarded container the process runs in, by /proc: nil
+// when none. exited: it has exited, gone or a zombie (whose /proc shows
+// the root cgroup, not the one it ran in), and then ppid is its parent
+// when a zombie's /proc still says.
+func (p *Plugin) guardAt(pid int) (g *guard, exited bool, ppid int) {
 	cg, err := p.node.Load().Cgroup(pid)
-	if err != nil {
-		return nil
+	switch {
+	case enforce.IsGone(err):
+		return nil, true, 0
+	case err != nil:
+		return nil, false, 0
+	case cg != "/":
+		return p.guardOf(cg), false, 0
 	}
-	return p.guardOf(cg)
-}
-
-// gone reports whether the process has exited.
-func (p *Plugin) gone(pid int) bool {
-	_, err := p.node.Load().Cgroup(pid)
-	return enforce.IsGone(err)
+	ppid, exited, err = kernel.Parent(p.root, pid)
+	if err != nil {
+		return nil, enforce.IsGone(err), 0
+	}
+	return nil, exited, ppid
 }
 
 // setProcess sets the event's process, one of g's container, to g's
@@ -180,8 +221,52 @@ func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
 	return false
 }
 
-// rescoreAll sets every guarded container's processes again, as the
-// verifier would, after the kernel dropped process events.
+// rescorer sets every guarded container's processes again, as the
+// verifier would, after the kernel dropped process events: at once, or,
+// within rescoreEvery of the last time, when that is up, so that every
+// loss is followed by a walk that starts after it.
+type rescorer struct {
+	p       *Plugin
+	mu      sync.Mutex
+	last    time.Time
+	pending *time.Timer
+}
+
+func newRescorer(p *Plugin) *rescorer { return &rescorer{p: p} }
+
+func (r *rescorer) lost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending != nil {
+		return
+	}
+	wait := rescoreEvery - time.Since(r.last)
+	if wait <= 0 {
+		r.last = time.Now()
+		r.p.afterReply(r.p.rescoreAll)
+		return
+	}
+	r.p.background.Add(1)
+	r.pending = time.AfterFunc(wait, func() {
+		defer r.p.background.Done()
+		r.mu.Lock()
+		r.pending, r.last = nil, time.Now()
+		r.mu.Unlock()
+		r.p.rescoreAll()
+	})
+}
+
+// stop drops a walk not started yet.
+func (r *rescorer) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending != nil && r.pending.Stop() {
+		r.p.background.Done()
+	}
+	r.pending = nil
+}
+
+// rescoreAll sets every guarded container's processes again.
 func (p *Plugin) rescoreAll() {
 	for _, g := range p.scoredGuards() {
 		if !p.current(g) {

@@ -141,6 +141,13 @@ func TestForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
 	}
 	// 1003's parent is the runtime's shim, 500, outside the container.
 	os.WriteFile(filepath.Join(root, "proc", "1003", "stat"), []byte("1003 (sh) S 500 1003 1003 0 -1 4194560 0 0 0 0\n"), 0o644)
+	// 1030 cloned 1031 with CLONE_PARENT and exited: a zombie of 600's, its /proc at the root cgroup.
+	for pid, c := range map[string]string{"1030": "/", "1031": cg, "1041": cg} {
+		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
+		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+c+"\n"), 0o644)
+		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
+	}
+	os.WriteFile(filepath.Join(root, "proc", "1030", "stat"), []byte("1030 (forker) Z 600 1030 1030 0 -1 4194560 0 0 0 0\n"), 0o644)
 	cfg, err := config.Parse([]byte(readShipped(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -157,9 +164,13 @@ func TestForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
 		// 1020 exec'd, forked 1021 and exited before its exec was read;
 		// 1021 forked 1022 before it was set.
 		{{Pid: 1020}, {Pid: 1021, Parent: 1020}, {Pid: 1022, Parent: 1021}},
-	}, errs: []error{nil, nil}}
+		{{Pid: 1030}, {Pid: 1031, Parent: 600}},
+		// 700 forked 1040, which exec'd, cloned 1041 with CLONE_PARENT and
+		// was reaped before its exec was read.
+		{{Pid: 1040, Parent: 700}, {Pid: 1040}, {Pid: 1041, Parent: 700}},
+	}, errs: []error{nil, nil, nil, nil}}
 	p.watchExecs(context.Background(), func() (execSource, error) { return src, nil })
-	for pid, want := range map[string]string{"1003": "900\n", "1010": "900\n", "1011": "-997\n", "1021": "900\n", "1022": "900\n"} {
+	for pid, want := range map[string]string{"1003": "900\n", "1010": "900\n", "1011": "-997\n", "1021": "900\n", "1022": "900\n", "1031": "900\n", "1041": "900\n"} {
 		if b, _ := os.ReadFile(filepath.Join(root, "proc", pid, "oom_score_adj")); string(b) != want {
 			t.Errorf("pid %s: %q, want %q", pid, b, want)
 		}

@@ -139,6 +139,8 @@ func (r *ProcReader) Read(pid int) (Process, error) {
 	return p, nil
 }
 
+var errNoPPid = errors.New("no ppid")
+
 // parseStat reads comm, ppid and whether the task is a kernel thread from
 // /proc/PID/stat: "pid (comm) state ppid pgrp session tty tpgid flags …",
 // where comm may hold spaces and parentheses.
@@ -149,7 +151,7 @@ func parseStat(stat []byte) (comm string, ppid int, kthread bool, err error) {
 	}
 	fields := statFields(rest)
 	if fields[1] == nil {
-		return "", 0, false, errors.New("no ppid")
+		return "", 0, false, errNoPPid
 	}
 	ppid, _ = ParseInt(fields[1])
 	if flags, ok := ParseInt(fields[6]); ok {

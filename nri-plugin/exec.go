@@ -177,11 +177,10 @@ func (p *Plugin) guardAt(pid int) (g *guard, exited bool, ppid int) {
 	switch {
 	case enforce.IsGone(err):
 		return nil, true, 0
-	case err != nil:
-		return nil, false, 0
-	case cg != "/":
+	case err == nil && cg != "/":
 		return p.guardOf(cg), false, 0
 	}
+	// The root cgroup, or a /proc that could not say: one exiting reads so.
 	ppid, exited, err = kernel.Parent(p.root, pid)
 	if err != nil {
 		return nil, enforce.IsGone(err), 0

@@ -320,7 +320,7 @@ func newRecent(most, per int, keep time.Duration) *recent {
 }
 
 func (r *recent) add(pid int, g *guard, now time.Time) {
-	r.drop(pid)
+	delete(r.procs, pid)
 	for r.live(g) >= r.per {
 		r.dropOldest(g)
 	}
@@ -374,8 +374,6 @@ func (r *recent) largest() *guard {
 	}
 	return most
 }
-
-func (r *recent) drop(pid int) { delete(r.procs, pid) }
 
 func (r *recent) has(pid int, now time.Time) bool {
 	_, ok := r.get(pid, now)

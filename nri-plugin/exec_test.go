@@ -55,9 +55,7 @@ func TestExecdProcessSet(t *testing.T) {
 	// 1003 exec'd into main (below it, as in a systemd's child cgroup), 1004
 	// on the host; 1005 exec'd into main among the events the kernel dropped.
 	for pid, c := range map[string]string{"1003": cg + "/init.scope", "1004": "/system.slice/sshd.service", "1005": cg} {
-		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
-		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+c+"\n"), 0o644)
-		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
+		fakeProc(root, pid, c, "-997")
 	}
 	cfg, err := config.Parse([]byte(readShipped(t)))
 	if err != nil {
@@ -96,19 +94,9 @@ func TestForkOfExecdProcessSet(t *testing.T) {
 	cg := mustResolve(t, guarded.Linux.CgroupsPath)
 	procs := map[string]string{"1003": "-997", "1005": "-997", "1006": "-997", "1007": "900", "1008": "-997", "1009": "-997"}
 	for pid, score := range procs {
-		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
-		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+cg+"\n"), 0o644)
-		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte(score+"\n"), 0o644)
+		fakeProc(root, pid, cg, score)
 	}
-	cfg, err := config.Parse([]byte(readShipped(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
-	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
-		t.Fatal(err)
-	}
-	p.waitBackground()
+	p := startedWith(t, root, pod, guarded)
 	src := &fakeExecs{batches: [][]execwatch.Event{
 		// 1003 exec'd (set), forked 1005 (set), which forked 1006 (set);
 		// 1007 exec'd at 900 already: its child 1008 inherited 900 in life.
@@ -135,28 +123,16 @@ func TestForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
 	cg := mustResolve(t, guarded.Linux.CgroupsPath)
 	procs := map[string]string{"1003": cg, "1010": cg, "1011": "/system.slice/containerd.service", "1021": cg, "1022": cg}
 	for pid, c := range procs {
-		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
-		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+c+"\n"), 0o644)
-		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
+		fakeProc(root, pid, c, "-997")
 	}
 	// 1003's parent is the runtime's shim, 500, outside the container.
 	os.WriteFile(filepath.Join(root, "proc", "1003", "stat"), []byte("1003 (sh) S 500 1003 1003 0 -1 4194560 0 0 0 0\n"), 0o644)
 	// 1030 cloned 1031 with CLONE_PARENT and exited: a zombie of 600's, its /proc at the root cgroup.
 	for pid, c := range map[string]string{"1030": "/", "1031": cg, "1041": cg} {
-		os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
-		os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+c+"\n"), 0o644)
-		os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte("-997\n"), 0o644)
+		fakeProc(root, pid, c, "-997")
 	}
 	os.WriteFile(filepath.Join(root, "proc", "1030", "stat"), []byte("1030 (forker) Z 600 1030 1030 0 -1 4194560 0 0 0 0\n"), 0o644)
-	cfg, err := config.Parse([]byte(readShipped(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
-	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
-		t.Fatal(err)
-	}
-	p.waitBackground()
+	p := startedWith(t, root, pod, guarded)
 	src := &fakeExecs{batches: [][]execwatch.Event{
 		// 1003 exec'd and cloned 1010 with CLONE_PARENT: the event names 500;
 		// 500's other child, 1011, runs on the host.
@@ -175,6 +151,28 @@ func TestForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
 			t.Errorf("pid %s: %q, want %q", pid, b, want)
 		}
 	}
+}
+
+// fakeProc is a process of the fixture node: its cgroup (v2) and score.
+func fakeProc(root, pid, cgroup, score string) {
+	os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
+	os.WriteFile(filepath.Join(root, "proc", pid, "cgroup"), []byte("0::"+cgroup+"\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "proc", pid, "oom_score_adj"), []byte(score+"\n"), 0o644)
+}
+
+// startedWith is a plugin on the shipped rules that started ctr, its reply sent.
+func startedWith(t *testing.T, root string, pod *api.PodSandbox, ctr *api.Container) *Plugin {
+	t.Helper()
+	cfg, err := config.Parse([]byte(readShipped(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics()})
+	if err := p.StartContainer(context.Background(), pod, ctr); err != nil {
+		t.Fatal(err)
+	}
+	p.waitBackground()
+	return p
 }
 
 func TestRecentIsBounded(t *testing.T) {

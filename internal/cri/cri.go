@@ -140,7 +140,7 @@ func (c *Client) call(ctx context.Context, method string, req []byte, limit int)
 // decodeList reads a ListContainersResponse: repeated Container containers = 1.
 func decodeList(b []byte) (map[string]Name, error) {
 	out := map[string]Name{}
-	err := fields(b, func(num protowire.Number, v []byte) error {
+	err := walk(b, func(num protowire.Number, v []byte, _ uint64) error {
 		if num != 1 {
 			return nil
 		}
@@ -161,13 +161,13 @@ func decodeList(b []byte) (map[string]Name, error) {
 func decodeContainer(b []byte) (string, Name, error) {
 	var id string
 	var n Name
-	err := fields(b, func(num protowire.Number, v []byte) error {
+	err := walk(b, func(num protowire.Number, v []byte, _ uint64) error {
 		switch num {
 		case 1:
 			id = string(v)
 		case 8:
 			var key, value string
-			if err := fields(v, func(num protowire.Number, v []byte) error {
+			if err := walk(v, func(num protowire.Number, v []byte, _ uint64) error {
 				if num == 1 {
 					key = string(v)
 				} else if num == 2 {
@@ -189,15 +189,4 @@ func decodeContainer(b []byte) (string, Name, error) {
 		return nil
 	})
 	return id, n, err
-}
-
-// fields calls f with each length-delimited field of message b, skipping
-// the others.
-func fields(b []byte, f func(protowire.Number, []byte) error) error {
-	return walk(b, func(num protowire.Number, v []byte, _ uint64) error {
-		if v == nil {
-			return nil
-		}
-		return f(num, v)
-	})
 }

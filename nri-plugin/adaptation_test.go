@@ -319,7 +319,7 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 			t.Errorf("pid %d: oom_score_adj %q, want %q", pid, b, want)
 		}
 	}
-	if n := len(tp.p.guarded); n != 2 {
+	if n := tp.p.reg.guarded(); n != 2 {
 		t.Fatalf("%d guarded containers", n)
 	}
 	if v := gathered(t, tp.p.m, "oomguard_guarded_containers"); v != 2 {
@@ -352,7 +352,7 @@ func TestSynchronizeFixesExistingContainers(t *testing.T) {
 	for range 5 {
 		tp.p.verifyAll()
 	}
-	if n := len(tp.p.guarded); n != 1 {
+	if n := tp.p.reg.guarded(); n != 1 {
 		t.Fatalf("vanished container still guarded: %d", n)
 	}
 }

@@ -124,7 +124,7 @@ func (p *Plugin) mayRepeat(k kmsg.Kill, book *killBook, a attribution) attributi
 // countable reports whether the kills of a container the runtime told of
 // are counted, and its count can be read now.
 func (p *Plugin) countable(id string) bool {
-	c, ok := p.knownID(id)
+	c, ok := p.reg.info(id)
 	if !ok || !c.counted {
 		return false
 	}
@@ -134,15 +134,14 @@ func (p *Plugin) countable(id string) bool {
 
 // at is the container cg is in.
 func (p *Plugin) at(cg, by string) attribution {
-	id, info, known := p.containerOf(cg)
+	id, info, known := p.reg.at(cg)
 	return attribution{id: id, info: info, known: known, cgroup: cg, by: by}
 }
 
 // idAt is the known container cg is in, "" for none.
 func (p *Plugin) idAt(cg string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idAtLocked(cg)
+	id, _, _ := p.reg.at(cg)
+	return id
 }
 
 // outside is a kill's candidate outside every pod.
@@ -187,14 +186,7 @@ const notifyLag = 15 * time.Millisecond
 
 // countedIDs are the containers whose kills are counted, sorted.
 func (p *Plugin) countedIDs() []string {
-	p.mu.Lock()
-	var ids []string
-	for id, c := range p.known {
-		if c.counted {
-			ids = append(ids, id)
-		}
-	}
-	p.mu.Unlock()
+	ids := p.reg.counted()
 	slices.Sort(ids)
 	return ids
 }
@@ -209,9 +201,7 @@ func (p *Plugin) owing(ids, among []string) (counting, holding []string, inPods 
 	r := p.readCounts(ids)
 	for _, id := range ids {
 		n, ok := r.n[id]
-		p.mu.Lock()
-		c, still := p.known[id]
-		p.mu.Unlock()
+		c, still := p.reg.info(id)
 		if !still || !c.counted {
 			continue
 		}
@@ -235,19 +225,19 @@ func (p *Plugin) owing(ids, among []string) (counting, holding []string, inPods 
 // attribution is the kill's place if counting holds one, else its candidates.
 func (p *Plugin) attribution(counting []string) attribution {
 	a := attribution{by: "counters"}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	switch {
 	case len(counting) == 1 && counting[0] == "":
 	case len(counting) == 1:
-		a.id, a.info, a.known = counting[0], p.known[counting[0]], true
+		a.id, a.known = counting[0], true
+		a.info, _ = p.reg.info(counting[0])
 	default:
 		a.ids = slices.Clone(counting)
 		for _, id := range counting {
 			if id == "" {
 				a.candidates = append(a.candidates, outside)
 			} else {
-				a.candidates = append(a.candidates, p.known[id])
+				info, _ := p.reg.info(id)
+				a.candidates = append(a.candidates, info)
 			}
 		}
 	}

@@ -272,7 +272,7 @@ func (c *counts) watchPending(p *Plugin) (*kernel.Watch, bool) {
 		}
 		// Kills before the watch are not told of: its count says.
 		n, read := p.oomKillCount(id)
-		info, known := p.knownID(id)
+		info, known := p.reg.info(id)
 		owing := !read || n > info.base+info.reported
 		c.mu.Lock()
 		switch {

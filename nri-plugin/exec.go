@@ -395,18 +395,7 @@ func (r *recent) get(pid int, now time.Time) (*guard, bool) {
 }
 
 // current reports whether g is still the plan in force for its container.
-func (p *Plugin) current(g *guard) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.guarded[g.id] == g
-}
+func (p *Plugin) current(g *guard) bool { return p.reg.current(g) }
 
 // guardOf finds the guarded container whose cgroup holds cg.
-func (p *Plugin) guardOf(cg string) *guard {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.guarded) == 0 {
-		return nil
-	}
-	return p.guarded[p.idAtLocked(cg)]
-}
+func (p *Plugin) guardOf(cg string) *guard { return p.reg.guardAt(cg) }

@@ -321,12 +321,7 @@ func (p *Plugin) takeOver() {
 	p.standby.Store(false)
 	p.m.lockHeld.Set(1)
 	p.announce()
-	p.mu.Lock()
-	gs := make([]*guard, 0, len(p.guarded))
-	for _, g := range p.guarded {
-		gs = append(gs, g)
-	}
-	p.mu.Unlock()
+	gs := p.reg.guards()
 	fixed := 0
 	for _, g := range gs {
 		c, err := p.container(g, "takeover")

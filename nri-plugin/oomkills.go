@@ -235,13 +235,11 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 		}
 		pl, ok := book.placeOf(k.Pid)
 		id := pl.id
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		c, known := p.known[id]
-		if ok && known {
-			c.reported++
-			p.known[id] = c
-		}
+		known := p.reg.update(id, func(rec *record) {
+			if ok {
+				rec.info.reported++
+			}
+		})
 		told := ok && (known || id == "")
 		switch {
 		case told:
@@ -274,12 +272,7 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 	}
 	kind := p.killKind(k, a)
 	if a.known && how == live {
-		p.mu.Lock()
-		if c, ok := p.known[a.id]; ok {
-			c.reported++
-			p.known[a.id] = c
-		}
-		p.mu.Unlock()
+		p.reg.update(a.id, func(rec *record) { rec.info.reported++ })
 		p.refresh(a.id, a.cgroup)
 	}
 	attrs := []any{"pid", k.Pid, "command", escape.Terminal(k.Comm), "oom_score_adj", k.ScoreAdj, "rss_kb", k.RSSKiB,
@@ -342,9 +335,7 @@ func (p *Plugin) reportKill(k kmsg.Kill, book *killBook, how replay) bool {
 	info := a.info
 	p.m.kills.WithLabelValues(info.namespace, info.pod, info.name, kind).Inc()
 	attrs = append([]any{"pod", info.namespace + "/" + info.pod, "container", info.name}, attrs...)
-	p.mu.Lock()
-	g := p.guarded[a.id]
-	p.mu.Unlock()
+	g := p.reg.guard(a.id)
 	if g != nil && g.plan.Group != nil && !*g.plan.Group {
 		attrs = append(attrs, "container_kept_running", true)
 	}
@@ -506,7 +497,7 @@ func (p *Plugin) countLost() lostTally {
 			continue
 		}
 		t.counts[id] = n
-		c, still := p.knownID(id)
+		c, still := p.reg.info(id)
 		if still && n > c.base+c.reported {
 			t.losses = append(t.losses, containerLoss{id, c, n - c.base - c.reported})
 			t.inPods += n - c.base - c.reported
@@ -582,15 +573,11 @@ func (p *Plugin) rebase(book *killBook) { p.restart(book, p.countLost()) }
 func (p *Plugin) restart(book *killBook, t lostTally) {
 	*book = killBook{base: t.node, ok: t.nodeErr == nil}
 	var read []string
-	p.mu.Lock()
 	for id, n := range t.counts {
-		if c, still := p.known[id]; still {
-			c.base, c.reported = n, 0
-			p.known[id] = c
+		if p.reg.update(id, func(rec *record) { rec.info.base, rec.info.reported = n, 0 }) {
 			read = append(read, id)
 		}
 	}
-	p.mu.Unlock()
 	p.counts.sure(read)
 }
 
@@ -601,14 +588,12 @@ func (p *Plugin) countFrom(id string) {
 	if !ok {
 		return
 	}
-	p.mu.Lock()
-	c, known := p.known[id]
-	fresh := known && !c.counted
-	if fresh {
-		c.base, c.counted = n, true
-		p.known[id] = c
-	}
-	p.mu.Unlock()
+	fresh := false
+	p.reg.update(id, func(rec *record) {
+		if fresh = !rec.info.counted; fresh {
+			rec.info.base, rec.info.counted = n, true
+		}
+	})
 	if fresh {
 		p.counts.add(id)
 	}
@@ -662,14 +647,12 @@ func (p *Plugin) readCounts(ids []string) countRead {
 	for _, t := range trees {
 		r.n[t.id] = p.counts.follow(t.id, t.each, r)
 	}
-	p.mu.Lock()
 	var short []string
 	for id, n := range r.n {
-		if c, ok := p.known[id]; ok && c.counted && n < c.base+c.reported {
+		if c, ok := p.reg.info(id); ok && c.counted && n < c.base+c.reported {
 			short = append(short, id)
 		}
 	}
-	p.mu.Unlock()
 	for _, id := range short {
 		p.counts.markUnsure(id)
 	}
@@ -709,43 +692,28 @@ func (p *Plugin) settle(book *killBook) {
 		return
 	}
 	var read []string
-	p.mu.Lock()
 	for id, n := range r.n {
-		if c, ok := p.known[id]; ok && c.counted {
-			c.base, c.reported = n, 0
-			p.known[id] = c
+		settled := false
+		p.reg.update(id, func(rec *record) {
+			if settled = rec.info.counted; settled {
+				rec.info.base, rec.info.reported = n, 0
+			}
+		})
+		if settled {
 			read = append(read, id)
 		}
 	}
-	p.mu.Unlock()
 	p.counts.sure(read)
 }
 
 // locate is the cgroup of a container the runtime told of.
 func (p *Plugin) locate(id string) (*enforce.Container, bool) {
-	c, ok := p.knownID(id)
+	c, ok := p.reg.info(id)
 	if !ok || c.cgroupsPath == "" && c.pid == 0 {
 		return nil, false
 	}
 	ctr, err := p.node.Load().Locate(c.cgroupsPath, int(c.pid))
 	return ctr, err == nil
-}
-
-func (p *Plugin) knownID(id string) (ctrInfo, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.known[id]
-	return c, ok
-}
-
-// containerOf is the container whose cgroup holds cg, among those the
-// runtime told of (idAtLocked).
-func (p *Plugin) containerOf(cg string) (string, ctrInfo, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	id := p.idAtLocked(cg)
-	info, ok := p.known[id]
-	return id, info, ok
 }
 
 // forget drops a removed container's series: labels by container keep the

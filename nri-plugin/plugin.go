@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -49,12 +47,7 @@ type Plugin struct {
 	log      *slog.Logger
 	m        *Metrics
 
-	mu      sync.Mutex
-	guarded map[string]*guard  // by container ID
-	known   map[string]ctrInfo // every container the runtime told of, by ID
-	// byCgroup is each known container's own cgroup (containers.go).
-	byCgroup map[string]string
-	decided  map[string]decided // what each was decided on, for a reload's rules (rematch.go)
+	reg *registry // the containers the runtime told of (registry.go)
 
 	background sync.WaitGroup // work run after a handler's reply (afterReply)
 	counts     counts         // whose OOM-kill counts changed (counts.go)
@@ -76,21 +69,20 @@ type Plugin struct {
 }
 
 // guard is a container the policy changed, and what it must keep. Its
-// fields below mu are changed by PostStartContainer and the verifier at
-// once, and are only touched under the plugin's lock.
+// fields below plan are changed by the handlers and the verifier at once:
+// they are only touched under the registry's lock (registry.go).
 type guard struct {
 	id, namespace, pod, name string
 	plan                     enforce.Plan
-	pol                      *policy.Policy // that decided plan; under Plugin.mu once in guarded
+	pol                      *policy.Policy // that decided plan
 
-	// under Plugin.mu
 	cgroupsPath string // from the OCI spec, else the cgroup its pid was first found in; resolved once found
 	pid         uint32
 	oomKills    uint64
-	missing     int // verifications that found no cgroup
+	missing     int    // verifications that found no cgroup
+	cgroupID    uint64 // its cgroup's id once found (cgroup v2)
 
 	rescoring atomic.Bool // a walk after an update is pending
-	cgroupID  uint64      // its cgroup's id once found (cgroup v2); under Plugin.mu
 }
 
 // attrs are a container's fields for a log line.
@@ -138,7 +130,7 @@ func New(o Options) *Plugin {
 	o.Config = cmp.Or(o.Config, config.Default())
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
-	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, guarded: map[string]*guard{}, known: map[string]ctrInfo{}, byCgroup: map[string]string{},
+	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, reg: newRegistry(),
 		kmsg: openKmsg, kmsgNow: kmsg.Now, events: o.Events, scored: newScored(), synced: make(chan struct{}), reconcileKick: make(chan struct{}, 1)}
 	p.execs = p.openExecs
 	cfg, cfgErr := o.Config, o.ConfigErr
@@ -166,9 +158,7 @@ func New(o Options) *Plugin {
 	p.m.workerDeaths.Add(float64(o.Restarts))
 	p.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
 		Help: "Containers whose values oomguard keeps."}, func() float64 {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return float64(len(p.guarded))
+		return float64(p.reg.guarded())
 	}))
 	return p
 }
@@ -237,55 +227,47 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
 	}
-	fresh, known := map[string]*guard{}, map[string]ctrInfo{}
 	type fix struct {
 		g *guard
 		c *enforce.Container
 	}
+	var recs []*record
 	var fixes []fix
+	guarded := 0
 	for _, ctr := range ctrs {
 		if s := ctr.GetState(); s == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
-		pod := byID[ctr.GetPodSandboxId()]
-		known[ctr.GetId()] = newCtrInfo(pod, ctr)
-		g, _ := p.decide("synchronize", pod, ctr)
+		rec, v := p.decide(byID[ctr.GetPodSandboxId()], ctr)
+		p.tell("synchronize", v)
+		recs = append(recs, rec)
+		g := rec.guard
 		if g == nil {
 			continue
 		}
-		fresh[g.id] = g
+		guarded++
 		c, err := p.container(g, "synchronize")
 		if err != nil {
 			continue
 		}
 		fixes = append(fixes, fix{g, c})
 	}
-	p.mu.Lock()
-	for id, c := range known { // a reconnection: the kills counted and reported so far stay in the books
-		if old, ok := p.known[id]; ok && old.counted {
-			c.base, c.reported, c.counted = old.base, old.reported, true
-			known[id] = c
-		}
-	}
-	p.guarded, p.known = fresh, known
-	p.reindexLocked()
-	// Taken under the lock: fresh and known are the handlers' maps now.
-	ids, containers, guarded := slices.Collect(maps.Keys(known)), len(ctrs), len(fresh)
-	p.mu.Unlock()
+	p.reg.reset(recs)
+	containers := len(ctrs)
 	p.guardsChanged()
 	p.m.setConnected(true)
 	p.syncOnce.Do(func() { close(p.synced) })
 	// Standing by, the instance that holds the node's lock fixes them, and
-	// this one does when it takes the lock (takeOver): after fresh is in
-	// place, so that one of the two sees each container.
+	// this one does when it takes the lock (takeOver): after the records
+	// are in place, so that one of the two sees each container.
 	standby := p.standby.Load()
 	// The runtime drops a plugin that answers late (CRI-O and containerd
 	// allow 2 s): the processes are fixed after the reply, not before it.
 	p.afterReply(func() {
 		var err error
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
-		for _, id := range ids {
-			p.countFrom(id)
+		for _, rec := range recs {
+			p.countFrom(rec.id)
 		}
 		if standby {
 			fixes = nil
@@ -318,32 +300,62 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	if e := p.unusable.Load(); e != nil {
 		return *e
 	}
-	info := newCtrInfo(pod, ctr)
-	info.counted = true // its cgroup is new: its kills count from 0
-	id := ctr.GetId()
-	p.mu.Lock()
-	p.known[id] = info
-	p.indexLocked(id, info)
-	p.mu.Unlock()
-	p.counts.add(id)
-	g, dec := p.decide("start", pod, ctr)
+	rec, v := p.decide(pod, ctr)
+	rec.info.counted = true // its cgroup is new: its kills count from 0
+	p.tell("start", v)
+	g := rec.guard
 	if g == nil {
+		p.put(rec)
 		return nil
 	}
-	p.mu.Lock()
-	p.guarded[id] = g
-	p.mu.Unlock()
-	if !p.mayWrite() { // after g is in guarded: a takeover from now on fixes it
-		p.guardsChanged(g)
-		p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, "left to the node's lock holder", enforce.SettingGroup, "left to the node's lock holder",
-			"reasons", dec.Reasons, "standby", true)...)
+	if !p.mayWrite() && p.leave(rec, v.dec) {
 		return nil
 	}
+	var group, score enforce.Change
 	c, err := p.container(g, "start")
+	found := err == nil
+	if found {
+		group, score, err = p.start(g, c, ctr)
+	}
+	p.put(rec)
+	if !found {
+		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
+	}
+	p.afterReply(func() {
+		p.guardsChanged(g)
+		p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, score.String(), enforce.SettingGroup, group.String(), "reasons", v.dec.Reasons)...)
+	})
 	if err != nil {
 		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
 	}
-	group, score := g.plan.GroupChange(nil), g.plan.ScoreChange(nil)
+	return nil
+}
+
+// leave puts a container that the node's lock holder sets, and reports
+// whether it still is after the put: a takeover from then on fixes it.
+func (p *Plugin) leave(rec *record, dec policy.Decision) bool {
+	p.put(rec)
+	if p.mayWrite() {
+		return false
+	}
+	p.guardsChanged(rec.guard)
+	p.log.Info("decision", rec.guard.attrs("phase", "start", enforce.SettingScore, "left to the node's lock holder", enforce.SettingGroup, "left to the node's lock holder",
+		"reasons", dec.Reasons, "standby", true)...)
+	return true
+}
+
+// put records a container StartContainer decided, once: its kills are
+// counted from its cgroup's start.
+func (p *Plugin) put(rec *record) {
+	if p.reg.put(rec) {
+		p.counts.add(rec.id)
+	}
+}
+
+// start applies g's plan to the created container c: what it did to each
+// setting.
+func (p *Plugin) start(g *guard, c *enforce.Container, ctr *api.Container) (group, score enforce.Change, err error) {
+	group, score = g.plan.GroupChange(nil), g.plan.ScoreChange(nil)
 	if g.plan.Group != nil {
 		if group = p.startGroup(g, c, ctr); group.Err != nil {
 			err = group.Err
@@ -352,14 +364,7 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	if g.plan.Score != nil {
 		score, err = p.startScore(g, c, ctr, err)
 	}
-	p.afterReply(func() {
-		p.guardsChanged(g)
-		p.log.Info("decision", g.attrs("phase", "start", enforce.SettingScore, score.String(), enforce.SettingGroup, group.String(), "reasons", dec.Reasons)...)
-	})
-	if err != nil {
-		return fmt.Errorf("apply %s to %s/%s container %s: %w", g.plan.Rule, g.namespace, g.pod, g.name, err)
-	}
-	return nil
+	return group, score, err
 }
 
 // afterReply runs f beside a handler's reply instead of before it (the
@@ -432,9 +437,7 @@ func (p *Plugin) startScore(g *guard, c *enforce.Container, ctr *api.Container, 
 // the container runs.
 func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (err error) {
 	defer p.failOpen("update", &err)
-	p.mu.Lock()
-	g := p.guarded[ctr.GetId()]
-	p.mu.Unlock()
+	g := p.reg.guard(ctr.GetId())
 	if g == nil || !p.current(g) || p.standby.Load() {
 		return nil
 	}
@@ -457,21 +460,15 @@ func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *
 
 // RemoveContainer forgets the container, and its OOM kill series.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	p.mu.Lock()
-	g := p.guarded[ctr.GetId()]
-	delete(p.guarded, ctr.GetId())
-	delete(p.decided, ctr.GetId())
-	info, ok := p.known[ctr.GetId()]
-	delete(p.known, ctr.GetId())
-	p.unindexLocked(ctr.GetId(), info)
-	p.mu.Unlock()
+	rec := p.reg.remove(ctr.GetId())
 	p.counts.remove(ctr.GetId())
-	if g != nil {
-		p.guardsChanged(g)
+	if rec == nil {
+		return nil
 	}
-	if ok {
-		p.m.forget(info)
+	if rec.guard != nil {
+		p.guardsChanged(rec.guard)
 	}
+	p.m.forget(rec.info)
 	return nil
 }
 
@@ -504,23 +501,45 @@ func (p *Plugin) failOpen(phase string, err *error) {
 	*err = nil
 }
 
-// decide runs the policy on what NRI tells about the container, masks it
-// against what the node supports, logs and counts it, and returns the
-// container to guard; nil when the plan changes nothing.
-func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) (*guard, policy.Decision) {
+// verdict is what decide found, for tell.
+type verdict struct {
+	facts policy.Facts
+	dec   policy.Decision
+	plan  enforce.Plan
+}
+
+// decide runs the policy on what NRI tells about the container and masks
+// it against what the node supports. It changes nothing: the container's
+// record, with the facts a reload decides it on again and, when the plan
+// changes something, the guard that keeps it; tell says what it decided.
+func (p *Plugin) decide(pod *api.PodSandbox, ctr *api.Container) (*record, verdict) {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
 	pol := p.pol.Load()
-	p.remember(ctr, f, pol)
+	k, whole, named := kept(f, p.cfg.Load())
+	rec := &record{id: ctr.GetId(), info: newCtrInfo(pod, ctr), dec: decided{facts: k, whole: whole, named: named, pol: pol}}
 	dec := pol.Decide(&f)
+	plan := p.node.Load().Plan(dec)
+	if dec.Changes() && plan.Changes() {
+		rec.guard = &guard{
+			id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
+			cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), plan: plan, pol: pol,
+		}
+	}
+	return rec, verdict{facts: f, dec: dec, plan: plan}
+}
+
+// tell logs and counts a decision: the annotations it rejected, the rule
+// it chose.
+func (p *Plugin) tell(phase string, v verdict) {
+	f, dec, plan := v.facts, v.dec, v.plan
 	ids := []any{"pod", f.Namespace + "/" + f.Pod, "container", f.Container}
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()
 		p.log.Warn("annotation rejected", append(ids, "key", r.Key, "value", r.Value, "reason", r.Reason)...)
 	}
-	plan := p.node.Load().Plan(dec)
 	if !dec.Changes() {
 		p.log.Debug("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule, "reasons", dec.Reasons)...)...)
-		return nil, dec
+		return
 	}
 	p.m.decisions.WithLabelValues(dec.Rule).Inc()
 	if phase != "start" { // StartContainer says what it decided and did in one line
@@ -528,13 +547,6 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) (
 			enforce.SettingScore, plan.ScoreChange(f.OOMScoreAdj).String(),
 			enforce.SettingGroup, plan.GroupChange(f.OOMGroup).String(), "reasons", dec.Reasons)...)...)
 	}
-	if !plan.Changes() {
-		return nil, dec
-	}
-	return &guard{
-		id: ctr.GetId(), namespace: pod.GetNamespace(), pod: pod.GetName(), name: ctr.GetName(),
-		cgroupsPath: ctr.GetLinux().GetCgroupsPath(), pid: ctr.GetPid(), plan: plan, pol: pol,
-	}, dec
 }
 
 // container is the container's own cgroup, as Locate finds and checks it.
@@ -542,14 +554,10 @@ func (p *Plugin) decide(phase string, pod *api.PodSandbox, ctr *api.Container) (
 // can be another container's. A path outside every container is refused,
 // logged and counted.
 func (p *Plugin) container(g *guard, phase string) (*enforce.Container, error) {
-	p.mu.Lock()
-	pid, cgroupsPath := g.pid, g.cgroupsPath
-	p.mu.Unlock()
+	cgroupsPath, pid := p.reg.where(g)
 	c, err := p.node.Load().Locate(cgroupsPath, int(pid))
 	if err == nil && cgroupsPath != c.Cgroup() { // found: by its path from now on
-		p.mu.Lock()
-		g.cgroupsPath = c.Cgroup()
-		p.mu.Unlock()
+		p.reg.found(g, c.Cgroup())
 	}
 	if errors.Is(err, enforce.ErrNotContained) {
 		p.m.refusals.WithLabelValues(phase).Inc()

@@ -101,18 +101,14 @@ func (p *Plugin) reconcile(ctx context.Context) {
 	}
 	for _, ctr := range ctrs {
 		// One created but not started yet has its StartContainer to come.
-		if ctr.State != cri.Running || p.isKnown(ctr.ID) {
+		if ctr.State != cri.Running {
+			continue
+		}
+		if _, known := p.reg.info(ctr.ID); known {
 			continue
 		}
 		p.adopt(ctx, c, byID[ctr.SandboxID], ctr)
 	}
-}
-
-func (p *Plugin) isKnown(id string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.known[id]
-	return ok
 }
 
 // adopt decides and sets a container the runtime never told of, from what
@@ -136,33 +132,17 @@ func (p *Plugin) adopt(ctx context.Context, c *cri.Client, pod *cri.Sandbox, ctr
 		return
 	}
 	npod, nctr := nriOf(pod, ctr, st)
-	id := nctr.GetId()
-	info := newCtrInfo(npod, nctr)
-	p.mu.Lock()
-	_, told := p.known[id]
-	if !told {
-		p.known[id] = info
-		p.indexLocked(id, info)
-	}
-	p.mu.Unlock()
-	if told { // a StartContainer came meanwhile
+	rec, v := p.decide(npod, nctr)
+	// Added only while unknown, before it is set: a StartContainer that came meanwhile holds.
+	if !p.reg.add(rec) {
 		return
 	}
-	p.countFrom(id)
-	g, _ := p.decide("reconcile", npod, nctr)
+	p.tell("reconcile", v)
+	p.countFrom(rec.id)
+	g := rec.guard
 	if g == nil {
 		p.m.reconciled.WithLabelValues("unchanged").Inc()
 		p.log.Info("reconciled a container the runtime never reported: no rule changes it", "pod", npod.GetNamespace()+"/"+npod.GetName(), "container", nctr.GetName())
-		return
-	}
-	p.mu.Lock()
-	_, still := p.known[id]
-	mine := still && p.guarded[id] == nil
-	if mine {
-		p.guarded[id] = g
-	}
-	p.mu.Unlock()
-	if !mine { // told of or removed meanwhile: that handler's plan holds
 		return
 	}
 	p.m.reconciled.WithLabelValues("guarded").Inc()

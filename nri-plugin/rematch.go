@@ -3,8 +3,6 @@ package nriplugin
 import (
 	"strconv"
 
-	"github.com/containerd/nri/pkg/api"
-
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/policy"
@@ -13,25 +11,11 @@ import (
 // decided is what a known container was last decided on: the runtime's
 // facts at its creation, and the policy that decided.
 type decided struct {
-	facts       policy.Facts
-	whole       bool            // facts holds all the policy reads; else only what named says
-	named       map[string]bool // the labels and "annotation:"-keys kept, when not whole
-	pol         *policy.Policy
-	cgroupsPath string
-	orphan      bool         // not known at the last rematch: forgotten at the next
-	left        enforce.Plan // the values rules taken away left as they were
-}
-
-// remember keeps the facts a container was decided on, so that a reload
-// decides it again on the same facts.
-func (p *Plugin) remember(ctr *api.Container, f policy.Facts, pol *policy.Policy) {
-	f, whole, named := kept(f, p.cfg.Load())
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.decided == nil {
-		p.decided = map[string]decided{}
-	}
-	p.decided[ctr.GetId()] = decided{facts: f, whole: whole, named: named, pol: pol, cgroupsPath: ctr.GetLinux().GetCgroupsPath(), left: p.decided[ctr.GetId()].left}
+	facts policy.Facts
+	whole bool            // facts holds all the policy reads; else only what named says
+	named map[string]bool // the labels and "annotation:"-keys kept, when not whole
+	pol   *policy.Policy
+	left  enforce.Plan // the values rules taken away left as they were
 }
 
 // factsBudget bounds the facts kept for each container: a pod controls its
@@ -148,51 +132,24 @@ func factsSize(f policy.Facts) int {
 // reload interval, which also catches a container decided during a reload.
 func (p *Plugin) rematch() {
 	pol := p.pol.Load()
-	type stale struct {
-		id  string
-		d   decided
-		g   *guard
-		pid uint32
-	}
-	var todo []stale
-	p.mu.Lock()
-	for id, d := range p.decided {
-		info, ok := p.known[id]
-		switch {
-		case !ok && d.orphan: // removed, or gone while the plugin was away
-			delete(p.decided, id)
-			continue
-		case !ok: // maybe Synchronize's, not yet in known: kept one round
-			d.orphan = true
-			p.decided[id] = d
-			continue
-		case d.orphan:
-			d.orphan = false
-			p.decided[id] = d
-		}
-		if g := p.guarded[id]; d.pol != pol || (g != nil && g.pol != pol) {
-			todo = append(todo, stale{id, d, g, info.pid})
-		}
-	}
-	p.mu.Unlock()
-	for _, s := range todo {
-		p.rematchOne(pol, s.id, s.d, s.g, s.pid)
+	for _, rec := range p.reg.stale(pol) {
+		p.rematchOne(pol, rec)
 	}
 }
 
-// rematchOne decides one container again under pol; old is its guard when
-// the decision was taken (nil: not guarded).
-func (p *Plugin) rematchOne(pol *policy.Policy, id string, d decided, old *guard, pid uint32) {
+// rematchOne decides one container again under pol; was is a copy of its
+// record when the decision was taken.
+func (p *Plugin) rematchOne(pol *policy.Policy, was record) {
+	id, d, old := was.id, was.dec, was.guard
 	if !decidable(d, p.cfg.Load()) {
-		p.mu.Lock()
-		if cur, ok := p.decided[id]; ok && cur.pol == d.pol {
-			cur.pol = pol
-			p.decided[id] = cur
-		}
-		if old != nil && p.guarded[id] == old {
-			old.pol = pol
-		}
-		p.mu.Unlock()
+		p.reg.update(id, func(rec *record) {
+			if rec.dec.pol == d.pol {
+				rec.dec.pol = pol
+			}
+			if old != nil && rec.guard == old {
+				old.pol = pol
+			}
+		})
 		p.m.errors.WithLabelValues("reload").Inc()
 		p.log.Warn("configuration reload cannot decide the container again: its labels and annotations are over 16 KiB and the rules select by some not kept; it keeps its rule until the plugin restarts",
 			"pod", d.facts.Namespace+"/"+d.facts.Pod, "container", d.facts.Container, "rule", ruleOf(old))
@@ -203,38 +160,34 @@ func (p *Plugin) rematchOne(pol *policy.Policy, id string, d decided, old *guard
 	plan := p.node.Load().Plan(dec)
 	var g *guard
 	if dec.Changes() && plan.Changes() {
-		g = &guard{id: id, namespace: f.Namespace, pod: f.Pod, name: f.Container, cgroupsPath: d.cgroupsPath, pid: pid, plan: plan, pol: pol}
+		g = &guard{id: id, namespace: f.Namespace, pod: f.Pod, name: f.Container, cgroupsPath: was.info.cgroupsPath, pid: was.info.pid, plan: plan, pol: pol}
 	}
 	restore := p.cfg.Load().NRI.OnRuleRemoved == config.OnRuleRemovedRestore
-	p.mu.Lock()
-	if _, ok := p.known[id]; !ok || p.guarded[id] != old || p.decided[id].pol != d.pol {
-		p.mu.Unlock() // decided again meanwhile: the next round looks at it
-		return
-	}
-	left := d.left
-	d.pol, d.left = pol, leftAfter(left, old, g, restore)
-	p.decided[id] = d
-	if samePlan(old, g) {
-		if old != nil {
-			old.pol = pol
+	changed := false
+	p.reg.update(id, func(rec *record) {
+		if rec.guard != old || rec.dec.pol != d.pol {
+			return // decided again meanwhile: the next round looks at it
 		}
-		p.mu.Unlock()
-		return
-	}
-	if g != nil {
-		if old != nil { // what the old guard learnt of the container
+		rec.dec.pol, rec.dec.left = pol, leftAfter(d.left, old, g, restore)
+		if samePlan(old, g) {
+			if old != nil {
+				old.pol = pol
+			}
+			return
+		}
+		if g != nil && old != nil { // what the old guard learnt of the container
 			g.cgroupsPath, g.pid, g.oomKills, g.cgroupID = old.cgroupsPath, old.pid, old.oomKills, old.cgroupID
 		}
-		p.guarded[id] = g
-	} else {
-		delete(p.guarded, id)
+		rec.guard, changed = g, true
+	})
+	if !changed {
+		return
 	}
-	p.mu.Unlock()
 	p.guardsChanged(old, g)
 	if g != nil {
 		p.m.decisions.WithLabelValues(dec.Rule).Inc()
 	}
-	p.applyRematch(d.facts, old, g, left, restore)
+	p.applyRematch(d.facts, old, g, d.left, restore)
 }
 
 // leftAfter is what rules taken away left in a container, after old (nil:
@@ -314,7 +267,7 @@ func (p *Plugin) applyRematch(f policy.Facts, old, g *guard, left enforce.Plan, 
 	processes := 0
 	var failed error
 	for _, plan := range plans {
-		t := p.withPlan(who, plan)
+		t := p.reg.withPlan(who, plan)
 		c, err := p.container(t, "reload")
 		if err != nil {
 			failed = err
@@ -362,14 +315,6 @@ func (p *Plugin) applyRematch(f policy.Facts, old, g *guard, left enforce.Plan, 
 	default:
 		p.log.Info("configuration reload leaves the container no rule; its values stay as they are, no longer kept", attrs...)
 	}
-}
-
-// withPlan is g with another plan, read under the lock.
-func (p *Plugin) withPlan(g *guard, plan enforce.Plan) *guard {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return &guard{id: g.id, namespace: g.namespace, pod: g.pod, name: g.name, plan: plan, pol: g.pol,
-		cgroupsPath: g.cgroupsPath, pid: g.pid}
 }
 
 // setting is what a reload did to one setting, for the log: "-997→900" to

@@ -100,9 +100,7 @@ func TestReloadReachesRunningContainers(t *testing.T) {
 		if strings.Contains(logs, "container=app") {
 			t.Fatalf("%s: a container whose rule did not change logged:\n%s", step.name, logs)
 		}
-		tp.p.mu.Lock()
-		n := len(tp.p.guarded)
-		tp.p.mu.Unlock()
+		n := tp.p.reg.guarded()
 		if n != step.guarded {
 			t.Fatalf("%s: %d containers guarded, want %d", step.name, n, step.guarded)
 		}
@@ -154,7 +152,7 @@ func TestRematchCatchesDecisionsDuringAReload(t *testing.T) {
 		}
 	}
 	start(a)
-	oldPol, stale := p.pol.Load(), p.guarded[a.Id]
+	oldPol, stale := p.pol.Load(), p.reg.guard(a.Id)
 	c, newPol, err := parseConfig([]byte(strings.Replace(shipped, "oom_score_adj = 900\noom_group = false\n[rule.match]\ncommand", "oom_score_adj = 850\noom_group = false\n[rule.match]\ncommand", 1)))
 	if err != nil {
 		t.Fatal(err)
@@ -167,18 +165,14 @@ func TestRematchCatchesDecisionsDuringAReload(t *testing.T) {
 	p.pol.Store(oldPol)
 	start(b)
 	p.pol.Store(newPol)
-	p.mu.Lock()
-	p.guarded[a.Id] = stale
-	p.mu.Unlock()
+	p.reg.update(a.Id, func(rec *record) { rec.guard = stale })
 	os.WriteFile(filepath.Join(root, "proc/1001/oom_score_adj"), []byte("900\n"), 0o644)
 	p.rematch()
 	for _, c := range []*api.Container{a, b} {
 		if score, _ := onNode(t, root, c); score != "850" {
 			t.Errorf("%s: score %s after the next round, want 850\n%s", c.Name, score, logs.String())
 		}
-		p.mu.Lock()
-		g := p.guarded[c.Id]
-		p.mu.Unlock()
+		g := p.reg.guard(c.Id)
 		if g == nil || *g.plan.Score != 850 {
 			t.Errorf("%s: guard %+v, want the rule at 850", c.Name, g)
 		}
@@ -189,7 +183,10 @@ func TestRematchCatchesDecisionsDuringAReload(t *testing.T) {
 	}
 	p.rematch()
 	p.rematch()
-	if n := len(p.decided); n != 0 {
+	p.reg.mu.Lock()
+	n := len(p.reg.byID)
+	p.reg.mu.Unlock()
+	if n != 0 {
 		t.Fatalf("%d removed containers' facts kept", n)
 	}
 }

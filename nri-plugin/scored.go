@@ -116,10 +116,8 @@ func (p *Plugin) keepScored(ctx context.Context, filter cgroupFilter) {
 
 // scoredGuards are the guarded containers with a score.
 func (p *Plugin) scoredGuards() []*guard {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	gs := make([]*guard, 0, len(p.guarded))
-	for _, g := range p.guarded {
+	var gs []*guard
+	for _, g := range p.reg.guards() {
 		if g.plan.Score != nil {
 			gs = append(gs, g)
 		}
@@ -131,9 +129,7 @@ func (p *Plugin) scoredGuards() []*guard {
 func (p *Plugin) rescore(g *guard, filter cgroupFilter) {
 	s := p.scored
 	if !p.current(g) || g.plan.Score == nil {
-		p.mu.Lock()
-		id := g.cgroupID
-		p.mu.Unlock()
+		id := p.reg.cgroupID(g)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if id != 0 && s.byID[id] == g {
@@ -170,9 +166,7 @@ const resyncEvery = 5 * time.Minute
 // cgroupID is g's container cgroup's id, once found (cgroup v2); 0 when
 // it cannot tell.
 func (p *Plugin) cgroupID(g *guard) uint64 {
-	p.mu.Lock()
-	id := g.cgroupID
-	p.mu.Unlock()
+	id := p.reg.cgroupID(g)
 	if id != 0 {
 		return id
 	}
@@ -183,8 +177,6 @@ func (p *Plugin) cgroupID(g *guard) uint64 {
 	if id, err = c.ID(); err != nil {
 		return 0
 	}
-	p.mu.Lock()
-	g.cgroupID = id
-	p.mu.Unlock()
+	p.reg.setCgroupID(g, id)
 	return id
 }

@@ -33,13 +33,7 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 }
 
 func (p *Plugin) verifyAll() {
-	p.mu.Lock()
-	gs := make([]*guard, 0, len(p.guarded))
-	for _, g := range p.guarded {
-		gs = append(gs, g)
-	}
-	p.mu.Unlock()
-	for _, g := range gs {
+	for _, g := range p.reg.guards() {
 		p.verify(g, "verify")
 	}
 }
@@ -62,14 +56,7 @@ func (p *Plugin) verify(g *guard, phase string) {
 	}
 	if enforce.IsGone(err) {
 		// Not started yet, or gone without a RemoveContainer we saw.
-		p.mu.Lock()
-		gone := false
-		if g.missing++; g.missing > 3 {
-			delete(p.guarded, g.id)
-			gone = true
-		}
-		p.mu.Unlock()
-		if gone {
+		if p.reg.missed(g) {
 			p.guardsChanged(g)
 		}
 		return
@@ -79,9 +66,7 @@ func (p *Plugin) verify(g *guard, phase string) {
 		p.log.Warn("verifying container failed", g.attrs("err", err)...)
 		return
 	}
-	p.mu.Lock()
-	g.missing = 0
-	p.mu.Unlock()
+	p.reg.seen(g)
 	if g.plan.Score != nil {
 		switch n, _ := p.enforceScore(g, c, phase); {
 		case n > 0 && phase == "verify":
@@ -100,11 +85,7 @@ func (p *Plugin) countKills(g *guard, c *enforce.Container) {
 	if err != nil {
 		return
 	}
-	p.mu.Lock()
-	kills := ev["oom_kill"] - min(g.oomKills, ev["oom_kill"])
-	g.oomKills = max(g.oomKills, ev["oom_kill"])
-	p.mu.Unlock()
-	if kills > 0 {
+	if kills := p.reg.killsSeen(g, ev["oom_kill"]); kills > 0 {
 		p.m.oomKills.Add(float64(kills))
 		p.log.Warn("OOM kill in guarded container", g.attrs("kills", kills)...)
 	}

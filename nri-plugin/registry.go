@@ -1,0 +1,334 @@
+package nriplugin
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/oomguard/oomguard/internal/enforce"
+	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/policy"
+)
+
+// record is one container the runtime told the plugin of, in one place:
+// what it is and where its kills are counted, what it was decided on, and
+// the plan in force.
+type record struct {
+	id    string
+	info  ctrInfo // its names, where it runs, its kill books
+	dec   decided // the facts it was decided on, for a reload's rules (rematch.go)
+	guard *guard  // the plan in force; nil when the policy changes nothing
+}
+
+// registry holds the records of the containers the runtime told of. Every
+// field of a record, and a guard's fields that say "under the registry's
+// lock", are read and written under mu alone.
+type registry struct {
+	mu   sync.Mutex
+	byID map[string]*record
+	// byCgroup is each record's own cgroup, as its spec names it.
+	byCgroup map[string]*record
+}
+
+func newRegistry() *registry {
+	return &registry{byID: map[string]*record{}, byCgroup: map[string]*record{}}
+}
+
+// put adds rec, or puts it in place of the record of the same container;
+// the values rules taken away left stay the container's. Putting the same
+// record again changes nothing: it reports whether rec is new there.
+func (r *registry) put(rec *record) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.byID[rec.id]
+	if old == rec {
+		return false
+	}
+	if old != nil {
+		rec.dec.left = old.dec.left
+		r.unindexLocked(old)
+	}
+	r.byID[rec.id] = rec
+	r.indexLocked(rec)
+	return true
+}
+
+// add adds rec unless its container has a record already (its handler's
+// holds); it reports whether it did.
+func (r *registry) add(rec *record) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byID[rec.id]; ok {
+		return false
+	}
+	r.byID[rec.id] = rec
+	r.indexLocked(rec)
+	return true
+}
+
+// reset makes recs the registry's records, as a (re)connection's
+// Synchronize tells them: a container's kills counted and reported so far
+// stay in its books, and the values rules taken away left stay its own.
+func (r *registry) reset(recs []*record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byID := make(map[string]*record, len(recs))
+	for _, rec := range recs {
+		if old, ok := r.byID[rec.id]; ok {
+			if old.info.counted {
+				rec.info.base, rec.info.reported, rec.info.counted = old.info.base, old.info.reported, true
+			}
+			rec.dec.left = old.dec.left
+		}
+		byID[rec.id] = rec
+	}
+	r.byID = byID
+	clear(r.byCgroup)
+	for _, rec := range recs {
+		r.indexLocked(rec)
+	}
+}
+
+// remove forgets the container; nil when it had no record.
+func (r *registry) remove(id string) *record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.byID[id]
+	if rec == nil {
+		return nil
+	}
+	delete(r.byID, id)
+	r.unindexLocked(rec)
+	return rec
+}
+
+// update runs f on the container's record under the lock; false when it
+// has none. f must not call the registry.
+func (r *registry) update(id string, f func(*record)) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.byID[id]
+	if ok {
+		f(rec)
+	}
+	return ok
+}
+
+// info is what the registry knows of the container.
+func (r *registry) info(id string) (ctrInfo, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.byID[id]
+	if !ok {
+		return ctrInfo{}, false
+	}
+	return rec.info, true
+}
+
+// guard is the container's plan in force; nil for none.
+func (r *registry) guard(id string) *guard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec := r.byID[id]; rec != nil {
+		return rec.guard
+	}
+	return nil
+}
+
+// current reports whether g is still the plan in force for its container.
+func (r *registry) current(g *guard) bool {
+	return r.guard(g.id) == g
+}
+
+// guards are the plans in force.
+func (r *registry) guards() []*guard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var gs []*guard
+	for _, rec := range r.byID {
+		if rec.guard != nil {
+			gs = append(gs, rec.guard)
+		}
+	}
+	return gs
+}
+
+// guarded is how many containers have a plan in force.
+func (r *registry) guarded() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.byID {
+		if rec.guard != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// counted are the containers whose kills are counted.
+func (r *registry) counted() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, rec := range r.byID {
+		if rec.info.counted {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// stale are copies of the records decided, or guarded, under another
+// policy than pol.
+func (r *registry) stale(pol *policy.Policy) []record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []record
+	for _, rec := range r.byID {
+		if rec.dec.pol != pol || (rec.guard != nil && rec.guard.pol != pol) {
+			out = append(out, *rec)
+		}
+	}
+	return out
+}
+
+// at is the container whose cgroup holds cg (atLocked).
+func (r *registry) at(cg string) (id string, info ctrInfo, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec := r.atLocked(cg); rec != nil {
+		return rec.id, rec.info, true
+	}
+	return "", ctrInfo{}, false
+}
+
+// guardAt is the plan in force of the container whose cgroup holds cg.
+func (r *registry) guardAt(cg string) *guard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec := r.atLocked(cg); rec != nil {
+		return rec.guard
+	}
+	return nil
+}
+
+// A process's container is found from the root of its cgroup path down:
+// the first cgroup that is a known container's own. A pod names and nests
+// the cgroups below its container at will (another container's ID,
+// "cri-containerd-<id>.scope"), so nothing below the container's own
+// cgroup can make a process another container's.
+
+// atLocked is the record whose cgroup holds cg (a cgroup as
+// /proc/PID/cgroup shows it): the shallowest of cg's ancestors (or cg)
+// that is a container's own cgroup, by its path when cg is the host's, else
+// by the first element from the root that names a known container, as
+// kubelet's and the runtimes' cgroup names end in the container's ID
+// ("ID", "cri-containerd-ID.scope", "crio-ID.scope"). nil for none.
+func (r *registry) atLocked(cg string) *record {
+	if !strings.HasPrefix(cg, "/..") {
+		for i := 1; i <= len(cg); i++ {
+			if i < len(cg) && cg[i] != '/' {
+				continue
+			}
+			if rec, ok := r.byCgroup[cg[:i]]; ok {
+				return rec
+			}
+		}
+	}
+	for elem := range strings.SplitSeq(strings.Trim(cg, "/"), "/") {
+		if id := trimRuntime(elem); id != "" && id != ".." {
+			if rec, ok := r.byID[id]; ok {
+				return rec
+			}
+		}
+	}
+	return nil
+}
+
+func trimRuntime(base string) string {
+	base = strings.TrimSuffix(base, ".scope")
+	for _, pre := range []string{"cri-containerd-", "crio-", "docker-", "libpod-"} {
+		base = strings.TrimPrefix(base, pre)
+	}
+	return base
+}
+
+// indexLocked records the container's own cgroup, as its spec names it.
+func (r *registry) indexLocked(rec *record) {
+	if cg, err := kernel.ResolveCgroupsPath(rec.info.cgroupsPath); err == nil && rec.info.cgroupsPath != "" {
+		r.byCgroup[cg] = rec
+	}
+}
+
+// unindexLocked forgets the container's cgroup.
+func (r *registry) unindexLocked(rec *record) {
+	if cg, err := kernel.ResolveCgroupsPath(rec.info.cgroupsPath); err == nil && r.byCgroup[cg] == rec {
+		delete(r.byCgroup, cg)
+	}
+}
+
+// where is what g knows of where its container runs.
+func (r *registry) where(g *guard) (cgroupsPath string, pid uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return g.cgroupsPath, g.pid
+}
+
+// found keeps the cgroup g's container was found in.
+func (r *registry) found(g *guard, cgroupsPath string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.cgroupsPath = cgroupsPath
+}
+
+// missed counts a verification that found no cgroup for g; after a few, g
+// is no longer in force, and missed reports true.
+func (r *registry) missed(g *guard) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g.missing++; g.missing <= 3 {
+		return false
+	}
+	if rec := r.byID[g.id]; rec != nil && rec.guard == g {
+		rec.guard = nil
+	}
+	return true
+}
+
+// seen is a verification that found g's cgroup.
+func (r *registry) seen(g *guard) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.missing = 0
+}
+
+// killsSeen takes memory.events' oom_kill of g's container, n, and returns
+// the kills counted since the last look.
+func (r *registry) killsSeen(g *guard, n uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kills := n - min(g.oomKills, n)
+	g.oomKills = max(g.oomKills, n)
+	return kills
+}
+
+// cgroupID is g's cgroup's id, 0 until setCgroupID.
+func (r *registry) cgroupID(g *guard) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return g.cgroupID
+}
+
+func (r *registry) setCgroupID(g *guard, id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.cgroupID = id
+}
+
+// withPlan is a copy of g with another plan.
+func (r *registry) withPlan(g *guard, plan enforce.Plan) *guard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &guard{id: g.id, namespace: g.namespace, pod: g.pod, name: g.name, plan: plan, pol: g.pol,
+		cgroupsPath: g.cgroupsPath, pid: g.pid}
+}

@@ -69,8 +69,9 @@ type Plugin struct {
 }
 
 // guard is a container the policy changed, and what it must keep. Its
-// fields below plan are changed by the handlers and the verifier at once:
-// they are only touched under the registry's lock (registry.go).
+// fields from pol down are changed by the handlers, a reload and the
+// verifier at once: they are only touched under the registry's lock
+// (registry.go).
 type guard struct {
 	id, namespace, pod, name string
 	plan                     enforce.Plan

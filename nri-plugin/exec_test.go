@@ -153,6 +153,79 @@ func TestForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
 	}
 }
 
+// What an exec'd process forked before it was set is set shortly after,
+// whatever parent the fork events named: here one outside every followed
+// process (the runtime's shim, once runc exec had exited and the exec'd
+// process was reparented to it), and one whose event the kernel never
+// sent. The exec'd process's container is walked once more.
+func TestForksNoEventNamedSwept(t *testing.T) {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	guarded := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	root := fixtureNode(t, []*api.Container{guarded}, 1) // 1001 in main
+	cg := mustResolve(t, guarded.Linux.CgroupsPath)
+	for _, pid := range []string{"1003", "1050", "1051"} {
+		fakeProc(root, pid, cg, "-997")
+	}
+	p := startedWith(t, root, pod, guarded)
+	procs := filepath.Join(root, "sys/fs/cgroup", cg, "cgroup.procs")
+	b, _ := os.ReadFile(procs)
+	os.WriteFile(procs, append(b, "1003\n1050\n1051\n"...), 0o644)
+	hold := make(chan struct{})
+	src := &heldExecs{fakeExecs{batches: [][]execwatch.Event{{{Pid: 1003}, {Pid: 1050, Parent: 700}}}, errs: []error{nil}}, hold}
+	done := make(chan struct{})
+	go func() {
+		p.watchExecs(context.Background(), func() (execSource, error) { return src, nil })
+		close(done)
+	}()
+	defer func() { close(hold); <-done }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a, _ := os.ReadFile(filepath.Join(root, "proc/1050/oom_score_adj"))
+		b, _ := os.ReadFile(filepath.Join(root, "proc/1051/oom_score_adj"))
+		if string(a) == "900\n" && string(b) == "900\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("forks without an event naming a followed parent not set: %q, %q", a, b)
+		}
+	}
+}
+
+// A flood of execs in one container walks it once per sweepAfter, not once
+// an exec; stopping drops the walk to come.
+func TestSweepOncePending(t *testing.T) {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	guarded := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	p := startedWith(t, fixtureNode(t, []*api.Container{guarded}, 1), pod, guarded)
+	g := p.scoredGuards()[0]
+	s := newSweeper(p, time.Hour)
+	for range 20000 {
+		s.soon(g)
+	}
+	if n := len(s.pending); n != 1 {
+		t.Fatalf("%d walks pending, want 1", n)
+	}
+	s.stop()
+	s.soon(g)
+	p.waitBackground()
+	if n := len(s.pending); n != 0 {
+		t.Fatalf("%d walks pending after stop", n)
+	}
+}
+
+// heldExecs is fakeExecs whose last read waits for hold to close, as the
+// kernel's source waits for the next event.
+type heldExecs struct {
+	fakeExecs
+	hold chan struct{}
+}
+
+func (h *heldExecs) Read(evs []execwatch.Event) ([]execwatch.Event, error) {
+	if len(h.batches) == 0 {
+		<-h.hold
+	}
+	return h.fakeExecs.Read(evs)
+}
+
 // fakeProc is a process of the fixture node: its cgroup (v2) and score.
 func fakeProc(root, pid, cgroup, score string) {
 	os.MkdirAll(filepath.Join(root, "proc", pid), 0o755)
@@ -180,7 +253,7 @@ func TestRecentIsBounded(t *testing.T) {
 	now := time.Now()
 	g := &guard{}
 	for pid := range 10 {
-		r.add(pid+1, g, now)
+		r.add(pid+1, owner{g: g}, now)
 	}
 	if got, _ := r.get(10, now); len(r.procs) > 3 || got != g {
 		t.Fatalf("%d kept (want at most 3, the newest among them)", len(r.procs))
@@ -196,18 +269,26 @@ func TestRecentIsBounded(t *testing.T) {
 func TestRecentFloodKeepsOthers(t *testing.T) {
 	r := newRecent(maxRecent, maxRecentPer, recentFor)
 	now := time.Now()
-	victim, flood := &guard{}, &guard{}
+	victim, flood := owner{g: &guard{}}, owner{g: &guard{}}
+	// A shell's commands, gone before their execs were read, and a
+	// runtime's exec gone the same way (its parent then followed).
+	shell, runtime := owner{by: 50}, owner{by: 60}
 	r.add(1, victim, now)
+	r.add(2, runtime, now)
+	r.add(60, runtime, now)
 	for pid := range 20000 {
 		r.add(100+pid, flood, now)
-		r.add(100000+pid, nil, now)
+		r.add(100000+pid, shell, now)
 		r.add(100+pid, flood, now) // the same process again: one entry
 	}
-	if g, ok := r.get(1, now); !ok || g != victim {
+	if g, ok := r.get(1, now); !ok || g != victim.g {
 		t.Fatal("the flood pushed another container's process out")
 	}
-	if len(r.procs) > maxRecent || r.live(flood) > maxRecentPer || r.live(nil) > maxRecentPer {
-		t.Fatalf("%d kept, %d of the flood's, %d gone ones: want at most %d, %d each", len(r.procs), r.live(flood), r.live(nil), maxRecent, maxRecentPer)
+	if _, ok := r.get(60, now); !ok {
+		t.Fatal("the flood of gone processes pushed another gone one's parent out")
+	}
+	if len(r.procs) > maxRecent || r.live(flood) > maxRecentPer || r.live(shell) > maxRecentPer {
+		t.Fatalf("%d kept, %d of the flood's, %d gone ones: want at most %d, %d each", len(r.procs), r.live(flood), r.live(shell), maxRecent, maxRecentPer)
 	}
 	if _, ok := r.get(100+19999, now); !ok {
 		t.Fatal("the flood's newest process is not followed")
@@ -218,7 +299,7 @@ func TestRecentFloodKeepsOthers(t *testing.T) {
 	// Many containers at once fill the set: the one with the most gives way.
 	r = newRecent(16, 8, recentFor)
 	for i := range 16 {
-		r.add(i, &guard{}, now)
+		r.add(i, owner{g: &guard{}}, now)
 	}
 	r.add(99, flood, now)
 	if len(r.procs) > 16 {

@@ -5,9 +5,9 @@ import (
 	"strconv"
 )
 
-// Parent is the process's parent, and whether the process has exited (a
-// zombie, not reaped yet: its /proc shows the root cgroup, not the one it
-// ran in).
+// Parent is the process's parent, and whether the process has exited or
+// is exiting (a zombie not reaped yet, or one between leaving its cgroup
+// and becoming one: its /proc shows the root cgroup, not the one it ran in).
 func Parent(root string, pid int) (ppid int, exited bool, err error) {
 	p := filepath.Join(root, "proc", strconv.Itoa(pid), "stat")
 	b, err := ReadFile(p, MaxSmall)
@@ -23,6 +23,10 @@ func Parent(root string, pid int) (ppid int, exited bool, err error) {
 		return 0, false, &ParseError{Path: p, Err: errNoPPid}
 	}
 	ppid, _ = ParseInt(f[1])
-	exited = len(f[0]) > 0 && (f[0][0] == 'Z' || f[0][0] == 'X')
+	flags, _ := ParseInt(f[6])
+	exited = len(f[0]) > 0 && (f[0][0] == 'Z' || f[0][0] == 'X') || flags&pfExiting != 0
 	return ppid, exited, nil
 }
+
+// pfExiting is the kernel's PF_EXITING, set when a task starts to exit.
+const pfExiting = 0x4

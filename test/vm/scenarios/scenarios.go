@@ -28,7 +28,7 @@ func All() []vm.Scenario {
 			}
 		}
 	}
-	all = append(all, criLifecycle())
+	all = append(all, criLifecycle(), lateJoining(vm.Selected(vm.Containerd2, vm.CRIO, vm.CRIO134)...))
 	for _, rt := range vm.Selected(vm.Containerd2, vm.Containerd21) {
 		all = append(all, kubeScenario(rt,
 			vm.Variant{Name: "report-only", Setup: reportOnlySetup(rt), Check: reportOnly},

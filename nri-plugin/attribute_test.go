@@ -15,6 +15,7 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kmsg"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/test/nriruntime"
 )
 
@@ -59,7 +60,7 @@ func TestKillAttribution(t *testing.T) {
 		unattributed float64
 		series       string // the kill counter's, when given
 		// now, when given, is the log's clock (kmsg.Now) as the records are
-		// read; and the log is never quiet for long enough (lostWait 0).
+		// read; and the log is never quiet for long enough (LostWait 1 ns).
 		now time.Duration
 		// threads are {pid, tid}: threads /proc still shows.
 		threads [][2]int
@@ -231,7 +232,7 @@ func TestKillAttribution(t *testing.T) {
 			records: []string{summary(1, cgA, cgA, "hog", 5001), killed(2, 5001, "hog"), lostRecords,
 				summary(20, cgA, cgA, "hog", 5010), killed(21, 5010, "hog"), summary(30, cgB, cgB, "x", 6001), killed(31, 6001, "x")},
 			kills: map[int][3]int{0: {1, 0, 0}, 2: {4, 2, 1}, 5: {0, 1, 0}},
-			now:   1021*time.Microsecond + lostQuiet - time.Microsecond, // killed(21) is just logged, summary(20) not
+			now:   1021*time.Microsecond + 50*time.Millisecond - time.Microsecond, // killed(21) is just logged (in oomkills' lostQuiet, 50 ms), summary(20) not
 			want: []string{`pod=ml/pod-a container=main pid=5001`, `pod=ml/pod-a container=main pid=5010`,
 				`pod=ml/pod-a container=main kills=3 kind=unknown`, `pod=ml/pod-b container=main kills=2 kind=unknown`, `kills=1 kind=unknown outside_every_pod=true`,
 				`pod=ml/pod-b container=main pid=6001`},
@@ -270,13 +271,11 @@ func TestKillAttribution(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 			rec := &fakeRecorder{}
-			p.events = rec
+			p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics(), Events: rec})
+			var l oomkills.Log
 			if tc.now != 0 {
-				p.kmsgNow = func() time.Duration { return tc.now }
-				defer func(w time.Duration) { lostWait = w }(lostWait)
-				lostWait = 0
+				l.Now, l.LostWait = func() time.Duration { return tc.now }, time.Nanosecond
 			}
 			startAll(t, p, []*api.PodSandbox{podA, podB}, []*api.Container{a, b})
 			for _, th := range tc.threads {
@@ -302,8 +301,8 @@ func TestKillAttribution(t *testing.T) {
 			for i, r := range tc.records {
 				errs[i] = map[string]error{lostRecords: kmsg.ErrLost, quietLog: os.ErrDeadlineExceeded}[r]
 			}
-			src := &fakeKmsg{recs: tc.records, errs: errs, before: before}
-			p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+			l.Open = from(&fakeKmsg{recs: tc.records, errs: errs, before: before})
+			p.watchKills(context.Background(), l)
 			out := logs.String()
 			at := 0
 			for _, w := range tc.want {
@@ -345,12 +344,12 @@ func TestKillToldLate(t *testing.T) {
 	startAll(t, p, []*api.PodSandbox{podA, podB}, []*api.Container{a, b})
 	count(b, 1) // B owes a kill whose record went unread
 	rec := killed(1, 5001, "hog")
-	p.kmsgNow = func() time.Duration { return 1001 * time.Microsecond } // the record is read as it is written
 	src := &fakeKmsg{recs: []string{rec}, errs: make([]error, 1), before: map[int]func(){0: func() {
 		vmstat(102)
 		go func() { time.Sleep(5 * time.Millisecond); count(a, 1) }() // A's own kill, told late
 	}}}
-	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	// The record is read as it is written.
+	p.watchKills(context.Background(), oomkills.Log{Open: from(src), Now: func() time.Duration { return 1001 * time.Microsecond }})
 	out := logs.String()
 	if !strings.Contains(out, "pid=5001") || !(strings.Contains(out, "pod=ml/pod-a ") || strings.Contains(out, `candidates="ml/pod-a/main, ml/pod-b/main"`)) {
 		t.Fatalf("a kill in A told late must be A's, or unsure with A among its candidates:\n%s", out)
@@ -375,7 +374,7 @@ func TestResyncKeepsTheBooks(t *testing.T) {
 	}
 	p.waitBackground()
 	src := &fakeKmsg{recs: []string{killed(1, 5001, "hog")}, errs: make([]error, 1)}
-	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	p.watchKills(context.Background(), oomkills.Log{Open: from(src)})
 	if out := logs.String(); !strings.Contains(out, "pod=ml/pod-a container=main pid=5001") {
 		t.Fatalf("a kill counted in A before the runtime took the plugin back, read after, must be A's:\n%s", out)
 	}
@@ -435,7 +434,7 @@ func removedContainers(t *testing.T, removed bool) {
 			3: func() { count(2, 3); vmstat(105) }, // two of C's kills whose records were overwritten
 		},
 	}
-	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	p.watchKills(context.Background(), oomkills.Log{Open: from(src)})
 	out := logs.String()
 	for _, w := range []string{
 		`pid=5001 command=x`, `attributed=false candidates="ml/pod-a/main, ml/pod-b/main"`,

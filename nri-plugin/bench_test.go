@@ -14,7 +14,6 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/execwatch"
 	"github.com/oomguard/oomguard/internal/kernel"
-	"github.com/oomguard/oomguard/internal/kmsg"
 	"github.com/oomguard/oomguard/test/nriruntime"
 )
 
@@ -50,62 +49,6 @@ func devNull(b *testing.B) io.Writer {
 	}
 	b.Cleanup(func() { f.Close() })
 	return f
-}
-
-// BenchmarkRecordlessKill is what attributing a kill without its record
-// (the kernel's rate limit dropped it) costs on a node with few and with
-// many containers: the counts read are those the kernel said changed.
-func BenchmarkRecordlessKill(b *testing.B) {
-	cfg, err := config.Load(shippedConfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, tc := range []struct {
-		n     int
-		watch bool // false: read every container's count, as without inotify
-	}{{50, true}, {5000, true}, {5000, false}} {
-		n := tc.n
-		b.Run(fmt.Sprintf("containers=%d/watch=%v", n, tc.watch), func(b *testing.B) {
-			var pods []*api.PodSandbox
-			var ctrs []*api.Container
-			for i := range n {
-				pod := nriruntime.KubeletPod(fmt.Sprint(i), "ml", "guaranteed", "runc", nil)
-				pods, ctrs = append(pods, pod), append(ctrs, nriruntime.KubeletContainer(pod, "main", -997, "/app"))
-			}
-			root := fixtureNode(b, ctrs, 1)
-			for _, c := range ctrs {
-				os.WriteFile(filepath.Join(root, "sys/fs/cgroup", mustResolve(b, c.Linux.CgroupsPath), "memory.events"), []byte("oom 0\noom_kill 0\n"), 0o644)
-			}
-			p := New(Options{Config: cfg, Root: root, Metrics: NewMetrics()})
-			for i := range ctrs {
-				if err := p.StartContainer(context.Background(), pods[i], ctrs[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			events := filepath.Join(root, "sys/fs/cgroup", mustResolve(b, ctrs[n/2].Linux.CgroupsPath), "memory.events")
-			vmstat := filepath.Join(root, "proc/vmstat")
-			os.WriteFile(vmstat, []byte("oom_kill 0\n"), 0o644)
-			p.counts.open(p.node.Load().Mode())
-			defer p.counts.close()
-			if !tc.watch {
-				p.counts.close()
-			}
-			var book killBook
-			book.open(root)
-			p.counted(&book, nil, 0) // the containers started before are read once
-			kills := 0
-			for b.Loop() {
-				kills++
-				os.WriteFile(events, fmt.Appendf(nil, "oom %d\noom_kill %d\n", kills, kills), 0o644)
-				os.WriteFile(vmstat, fmt.Appendf(nil, "oom_kill %d\n", kills), 0o644)
-				k := kmsg.Kill{Pid: 1 << 22, Comm: "hog", ScoreAdj: -997}
-				if !p.reportKill(k, &book, live) {
-					b.Fatal("the kill was not attributed")
-				}
-				book.attributed++
-			}
-		})
-	}
 }
 
 // BenchmarkStartContainerWrites is the plugin's own work per container

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/syncbuf"
 )
@@ -158,8 +159,8 @@ func killRecords(cg string, first, at, n int) []string {
 
 // kmsgFrom is the kernel's log holding recs; it says whether it was
 // opened at its oldest record (a reader taking over) or its end.
-func kmsgFrom(recs []string, oldest *bool) func(bool) (kmsgSource, error) {
-	return func(o bool) (kmsgSource, error) {
+func kmsgFrom(recs []string, oldest *bool) func(bool) (oomkills.Source, error) {
+	return func(o bool) (oomkills.Source, error) {
 		*oldest = o
 		f := &fakeKmsg{recs: recs, errs: make([]error, len(recs))}
 		return f, nil
@@ -179,7 +180,6 @@ func handoverNode(t *testing.T) (cg string, instance func(recs []string, now tim
 	return mustResolve(t, ctr.Linux.CgroupsPath), func(recs []string, now time.Duration) (*Plugin, *syncbuf.Buffer, bool) {
 		logs := &syncbuf.Buffer{}
 		p := New(Options{Config: config.Default(), Root: root, Log: slog.New(slog.NewTextHandler(logs, nil))})
-		p.kmsgNow = func() time.Duration { return now }
 		if p.takeLock() {
 			t.Fatal("an instance alone must hold the node's lock")
 		}
@@ -188,7 +188,7 @@ func handoverNode(t *testing.T) (cg string, instance func(recs []string, now tim
 		}
 		p.waitBackground()
 		var oldest bool
-		p.watchKills(context.Background(), kmsgFrom(recs, &oldest))
+		p.watchKills(context.Background(), oomkills.Log{Open: kmsgFrom(recs, &oldest), Now: func() time.Duration { return now }})
 		p.lock.close()
 		return p, logs, oldest
 	}
@@ -215,7 +215,7 @@ func TestKillsHandedOver(t *testing.T) {
 		t.Fatal("the instance taking over must read the log from its oldest record")
 	}
 	count := func(p *Plugin) float64 {
-		return testutil.ToFloat64(p.m.kills.WithLabelValues("ml", "pod-1", "main", KillContainer))
+		return killsOf(t, p.m, "ml", "pod-1", "main", oomkills.KillContainer)
 	}
 	if o, n := count(old), count(now); o != 2 || n != 4 {
 		t.Fatalf("kills counted: old %v, new %v; want 2 and 4 (six in all, none twice)\nold:\n%s\nnew:\n%s", o, n, oldLogs, newLogs)
@@ -251,28 +251,5 @@ func TestHandoverAfterAQuietPredecessor(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "overwritten") {
 		t.Fatalf("a predecessor that read nothing lost nothing:\n%s", logs)
-	}
-}
-
-// The position kept beside the lock reads back; one from another boot is
-// none.
-func TestPositionFile(t *testing.T) {
-	l, err := openNodeLock(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := l.positionFile(position{Boot: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.clean(7) // within the second: kept in memory
-	w.reported(9)
-	w.clean(12) // within the second of the last write: written at close
-	w.close()
-	if p, ok := l.readPosition("a"); !ok || p.Clean != 12 || p.Reported != 9 {
-		t.Fatalf("position %+v %v, want clean 12 reported 9", p, ok)
-	}
-	if _, ok := l.readPosition("b"); ok {
-		t.Fatal("a position of another boot was taken")
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/metricsserver"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/internal/version"
 )
 
@@ -33,13 +34,8 @@ type Metrics struct {
 	connected    prometheus.Gauge
 	serveErrors  prometheus.Counter
 	execLost     prometheus.Counter
-	kills        *prometheus.CounterVec
-	daemonKills  *prometheus.CounterVec
-	unattributed *prometheus.CounterVec
+	oom          *oomkills.Metrics
 	unreadParts  prometheus.Counter
-	kmsgLost     prometheus.Counter
-	killLag      prometheus.Histogram
-	predictions  *prometheus.CounterVec
 	configValid  prometheus.Gauge
 	configInfo   *prometheus.GaugeVec
 	reloads      *prometheus.CounterVec
@@ -81,22 +77,9 @@ func NewMetrics() *Metrics {
 			Help: "Times the metrics address could not be bound (retried; enforcement goes on)."}),
 		execLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_exec_events_lost_total",
 			Help: "Times the kernel dropped process events (execs came faster than read); the verifier finds what they missed."}),
-		kills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_oom_kills_total",
-			Help: "OOM kills the kernel logged in pods, by namespace, pod, container (empty when the runtime did not name it) and kind (container, parent, limit, node, unknown); a container's series go when it is removed."},
-			[]string{"namespace", "pod", "container", "kind"}),
-		daemonKills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_daemon_oom_kills_total",
-			Help: "OOM kills of processes outside every pod (node daemons: sshd, kubelet, the runtime, …), by kind."}, []string{"kind"}),
+		oom: oomkills.NewMetrics(),
 		unreadParts: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_cgroup_parts_unread_total",
 			Help: "Parts of guarded containers' cgroup trees that could not be read (a path past PATH_MAX nested deeper than oomguard walks, a directory that cannot be opened): their processes were left as they were."}),
-		unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_oom_kills_unattributed_total",
-			Help: "OOM kills that could have been in more than one container (a record the kernel's rate limit dropped, names that read two ways, the process gone), by kind: the log names the candidates."}, []string{"kind"}),
-		kmsgLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_kernel_log_lost_total",
-			Help: "Times the kernel overwrote log records before they were read; OOM kills among them were not reported."}),
-		killLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "oomguard_oom_kill_report_delay_seconds",
-			Help: "From the kernel's OOM kill record to oomguard's report of it.", Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 10}}),
-		predictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_node_oom_kills_predicted_total",
-			Help: "Global OOM kills by whether the kernel's victim was the doctor's model's first (predicted=true: no survivor outranked it by oom_badness; unknown: /proc could not be read)."},
-			[]string{"predicted"}),
 		configValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "oomguard_config_valid",
 			Help: "1 when the configuration last read (file or runtime) validated and is in force; 0 when it did not, or the file cannot be used (gone, empty, not a regular file, too large, a kernel interface): the last good one (or none) stays."}),
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_config_info",
@@ -123,11 +106,6 @@ func NewMetrics() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
 	buildInfo.WithLabelValues(version.Version, version.Commit).Set(1)
-	// Alerts need the series before the first kill.
-	m.daemonKills.WithLabelValues(KillNode)
-	m.unattributed.WithLabelValues(KillLimit)
-	m.predictions.WithLabelValues("true")
-	m.predictions.WithLabelValues("false")
 	for _, setting := range []string{enforce.SettingScore, enforce.SettingGroup} {
 		m.drift.WithLabelValues(setting)
 		for _, phase := range phases {
@@ -146,9 +124,10 @@ func NewMetrics() *Metrics {
 		m.restarts.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
-		m.connected, m.serveErrors, m.execLost, m.kills, m.daemonKills, m.unattributed, m.unreadParts, m.kmsgLost, m.killLag, m.predictions,
+		m.connected, m.serveErrors, m.execLost, m.unreadParts,
 		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, m.failClosed, m.reconciled, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.oom.Collectors()...)
 	return m
 }
 

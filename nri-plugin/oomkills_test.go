@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,11 +17,17 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kmsg"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/internal/podevents"
 	"github.com/oomguard/oomguard/test/nriruntime"
 )
 
-func noKmsg(bool) (kmsgSource, error) { return nil, errors.New("not in tests") }
+func noKmsg(bool) (oomkills.Source, error) { return nil, errors.New("not in tests") }
+
+// from opens src, wherever asked.
+func from(src oomkills.Source) func(bool) (oomkills.Source, error) {
+	return func(bool) (oomkills.Source, error) { return src, nil }
+}
 
 // fakeKmsg hands out records, then ends; before[i] runs before the i-th
 // is read (the kernel counting its kills as it logs them).
@@ -96,9 +103,8 @@ func TestKillsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics()})
 	events := &fakeRecorder{}
-	p.events = events
+	p := New(Options{Config: cfg, Root: root, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: NewMetrics(), Events: events})
 	if err := p.StartContainer(context.Background(), pod, guarded); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +153,7 @@ func TestKillsReported(t *testing.T) {
 	errs := make([]error, len(recs))
 	recs, errs = append(recs, ""), append(errs, kmsg.ErrLost)
 	src := &fakeKmsg{recs: recs, errs: errs, before: map[int]func(){0: vmstat(49), len(recs) - 2: vmstat(50)}}
-	p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	p.watchKills(context.Background(), oomkills.Log{Open: from(src)})
 
 	out := logs.String()
 	for _, want := range []string{
@@ -205,6 +211,31 @@ type fakeRecorder struct{ got []string }
 
 func (f *fakeRecorder) Warning(pod podevents.Pod, container, reason, message string) {
 	f.got = append(f.got, fmt.Sprintf("%s/%s %s %s: %s", pod.Namespace, pod.Name, container, reason, message))
+}
+
+// killsOf is the kill counter's series of one container and kind.
+func killsOf(t *testing.T, m *Metrics, namespace, pod, container, kind string) float64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"namespace": namespace, "pod": pod, "container": container, "kind": kind}
+	for _, mf := range mfs {
+		if mf.GetName() != "oomguard_oom_kills_total" {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range x.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			if maps.Equal(got, want) {
+				return x.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func killSeries(t *testing.T, m *Metrics) string {

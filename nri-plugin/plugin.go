@@ -26,7 +26,7 @@ import (
 	"github.com/oomguard/oomguard/internal/facts"
 	"github.com/oomguard/oomguard/internal/facts/nrifacts"
 	"github.com/oomguard/oomguard/internal/kernel"
-	"github.com/oomguard/oomguard/internal/kmsg"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/internal/policy"
 )
 
@@ -49,13 +49,12 @@ type Plugin struct {
 
 	reg *registry // the containers the runtime told of (registry.go)
 
-	background sync.WaitGroup // work run after a handler's reply (afterReply)
-	counts     counts         // whose OOM-kill counts changed (counts.go)
-	scored     *scored        // the guarded containers with a score (scored.go)
+	background sync.WaitGroup     // work run after a handler's reply (afterReply)
+	kills      *oomkills.Reporter // the node's OOM kill reports (kills.go)
+	scored     *scored            // the guarded containers with a score (scored.go)
 	execs      func() (execSource, error)
-	kmsg       func(oldest bool) (kmsgSource, error)
-	kmsgNow    func() time.Duration // the kernel log's clock
-	events     Recorder             // nil: no Events
+	kmsg       func(oldest bool) (oomkills.Source, error)
+	events     Recorder // nil: no Events
 
 	// The node's lock (lead.go): nil where it cannot be had, and then this
 	// instance does everything, as the node's only one.
@@ -132,8 +131,9 @@ func New(o Options) *Plugin {
 	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	o.Metrics = cmp.Or(o.Metrics, NewMetrics())
 	p := &Plugin{o: o, nri: o.Config.NRI, root: o.Root, log: o.Log, m: o.Metrics, reg: newRegistry(),
-		kmsg: openKmsg, kmsgNow: kmsg.Now, events: o.Events, scored: newScored(), synced: make(chan struct{}), reconcileKick: make(chan struct{}, 1)}
+		kmsg: oomkills.OpenKmsg, events: o.Events, scored: newScored(), synced: make(chan struct{}), reconcileKick: make(chan struct{}, 1)}
 	p.execs = p.openExecs
+	p.kills = p.newKills()
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
 	if le := (*config.LoadError)(nil); errors.As(cfgErr, &le) {
@@ -268,7 +268,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		var err error
 		defer p.failOpen("synchronize", &err) // a panic here must not take the plugin down
 		for _, rec := range recs {
-			p.countFrom(rec.id)
+			p.kills.CountFrom(rec.id)
 		}
 		if standby {
 			fixes = nil
@@ -302,7 +302,7 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 		return *e
 	}
 	rec, v := p.decide(pod, ctr)
-	rec.info.counted = true // its cgroup is new: its kills count from 0
+	rec.books.Counted = true // its cgroup is new: its kills count from 0
 	p.tell("start", v)
 	g := rec.guard
 	if g == nil {
@@ -349,7 +349,7 @@ func (p *Plugin) leave(rec *record, dec policy.Decision) bool {
 // counted from its cgroup's start.
 func (p *Plugin) put(rec *record) {
 	if p.reg.put(rec) {
-		p.counts.add(rec.id)
+		p.kills.Added(rec.id)
 	}
 }
 
@@ -462,14 +462,14 @@ func (p *Plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *
 // RemoveContainer forgets the container, and its OOM kill series.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	rec := p.reg.remove(ctr.GetId())
-	p.counts.remove(ctr.GetId())
+	p.kills.Removed(ctr.GetId())
 	if rec == nil {
 		return nil
 	}
 	if rec.guard != nil {
 		p.guardsChanged(rec.guard)
 	}
-	p.m.forget(rec.info)
+	p.m.oom.Forget(rec.info.namespace, rec.info.pod, rec.info.name)
 	return nil
 }
 

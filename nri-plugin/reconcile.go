@@ -104,7 +104,7 @@ func (p *Plugin) reconcile(ctx context.Context) {
 		if ctr.State != cri.Running {
 			continue
 		}
-		if _, known := p.reg.info(ctr.ID); known {
+		if _, known := p.reg.Container(ctr.ID); known {
 			continue
 		}
 		p.adopt(ctx, c, byID[ctr.SandboxID], ctr)
@@ -138,7 +138,7 @@ func (p *Plugin) adopt(ctx context.Context, c *cri.Client, pod *cri.Sandbox, ctr
 		return
 	}
 	p.tell("reconcile", v)
-	p.countFrom(rec.id)
+	p.kills.CountFrom(rec.id)
 	g := rec.guard
 	if g == nil {
 		p.m.reconciled.WithLabelValues("unchanged").Inc()

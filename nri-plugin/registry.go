@@ -6,6 +6,7 @@ import (
 
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/internal/policy"
 )
 
@@ -14,9 +15,17 @@ import (
 // the plan in force.
 type record struct {
 	id    string
-	info  ctrInfo // its names, where it runs, its kill books
-	dec   decided // the facts it was decided on, for a reload's rules (rematch.go)
-	guard *guard  // the plan in force; nil when the policy changes nothing
+	info  ctrInfo        // its names, where it runs
+	books oomkills.Books // its OOM kills' books (kills.go)
+	dec   decided        // the facts it was decided on, for a reload's rules (rematch.go)
+	guard *guard         // the plan in force; nil when the policy changes nothing
+}
+
+// ctrInfo names a container the runtime told the plugin of, and where it runs.
+type ctrInfo struct {
+	namespace, pod, name, podUID string
+	cgroupsPath                  string // from its spec, "" when the runtime gave none
+	pid                          uint32
 }
 
 // registry holds the records of the containers the runtime told of. Every
@@ -74,8 +83,8 @@ func (r *registry) reset(recs []*record) {
 	byID := make(map[string]*record, len(recs))
 	for _, rec := range recs {
 		if old, ok := r.byID[rec.id]; ok {
-			if old.info.counted {
-				rec.info.base, rec.info.reported, rec.info.counted = old.info.base, old.info.reported, true
+			if old.books.Counted {
+				rec.books = old.books
 			}
 			rec.dec.left = old.dec.left
 		}
@@ -111,17 +120,6 @@ func (r *registry) update(id string, f func(*record)) bool {
 		f(rec)
 	}
 	return ok
-}
-
-// info is what the registry knows of the container.
-func (r *registry) info(id string) (ctrInfo, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rec, ok := r.byID[id]
-	if !ok {
-		return ctrInfo{}, false
-	}
-	return rec.info, true
 }
 
 // guard is the container's plan in force; nil for none.
@@ -165,19 +163,6 @@ func (r *registry) guarded() int {
 	return n
 }
 
-// counted are the containers whose kills are counted.
-func (r *registry) counted() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var ids []string
-	for id, rec := range r.byID {
-		if rec.info.counted {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // stale are copies of the records decided, or guarded, under another
 // policy than pol.
 func (r *registry) stale(pol *policy.Policy) []record {
@@ -190,16 +175,6 @@ func (r *registry) stale(pol *policy.Policy) []record {
 		}
 	}
 	return out
-}
-
-// at is the container whose cgroup holds cg (atLocked).
-func (r *registry) at(cg string) (id string, info ctrInfo, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if rec := r.atLocked(cg); rec != nil {
-		return rec.id, rec.info, true
-	}
-	return "", ctrInfo{}, false
 }
 
 // guardAt is the plan in force of the container whose cgroup holds cg.

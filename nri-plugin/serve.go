@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/oomguard/oomguard/config"
+	"github.com/oomguard/oomguard/internal/oomkills"
 )
 
 // Run runs the plugin until ctx ends, or, launched, until the runtime
@@ -71,7 +72,7 @@ func (p *Plugin) lead(ctx context.Context) {
 		func(ctx context.Context) { p.verifyLoop(ctx, p.nri.VerifyInterval.Duration) },
 		func(ctx context.Context) { p.reconcileLoop(ctx, p.nri.VerifyInterval.Duration) },
 		func(ctx context.Context) { p.watchExecs(ctx, p.execs) },
-		func(ctx context.Context) { p.watchKills(ctx, p.kmsg) },
+		func(ctx context.Context) { p.watchKills(ctx, oomkills.Log{Open: p.kmsg}) },
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()

@@ -119,7 +119,7 @@ func TestRunStopsInOrder(t *testing.T) {
 	p := New(Options{Config: cfg, Root: dir, Metrics: m, Events: events,
 		Runtime: &RuntimeWatch{State: state, Condition: cond, Interval: 10 * time.Millisecond}})
 	p.execs = func() (execSource, error) { return blockingExecs{execs}, nil }
-	p.kmsg = func(bool) (kmsgSource, error) { return blockingKmsg{kmsgs}, nil }
+	p.kmsg = from(blockingKmsg{kmsgs})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/kmsg"
+	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/test/nriruntime"
 )
 
@@ -80,7 +81,7 @@ func (n *v1Node) count(kills int) { nodeKills(n.root, kills) }
 func (n *v1Node) read(t *testing.T, recs []string, before map[int]func()) string {
 	t.Helper()
 	src := &fakeKmsg{recs: recs, errs: make([]error, len(recs)), before: before}
-	n.p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	n.p.watchKills(context.Background(), oomkills.Log{Open: from(src)})
 	return n.logs.String()
 }
 
@@ -186,7 +187,7 @@ func TestV1KillsLostWithARemovedCgroup(t *testing.T) {
 		0: func() { n.in(n.cgA, "", 1); n.count(101) },
 		2: func() { n.in(n.cgA, "/u1.service", 1); n.count(102); n.gone(n.cgA, "/u1.service") },
 	}}
-	n.p.watchKills(context.Background(), func(bool) (kmsgSource, error) { return src, nil })
+	n.p.watchKills(context.Background(), oomkills.Log{Open: from(src)})
 	out := n.logs.String()
 	if w := `kills=1 kind=unknown attributed=false candidates="ml/pod-a/main, //(a process outside every pod)"`; !strings.Contains(out, w) || strings.Contains(out, "outside_every_pod=true") {
 		t.Errorf("the log has no %s, or has the kill outside every pod:\n%s", w, out)

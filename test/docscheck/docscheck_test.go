@@ -692,6 +692,8 @@ func TestMetrics(t *testing.T) {
 	// series, and so no # HELP, until it happens: the plugin registers them.
 	noSeries := map[string]bool{}
 	src, _ := filepath.Glob(filepath.Join(root, "nri-plugin", "*.go"))
+	kills, _ := filepath.Glob(filepath.Join(root, "internal", "oomkills", "*.go"))
+	src = append(src, kills...)
 	for _, f := range src {
 		if strings.HasSuffix(f, "_test.go") {
 			continue

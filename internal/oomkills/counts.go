@@ -1,4 +1,4 @@
-package nriplugin
+package oomkills
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type tree struct {
 	nodeOK   bool
 	// unsure: its count may lack kills the books hold or owe (a cgroup
 	// removed after kills no read saw), until a read with no kill in
-	// flight sets its books at its count again (Plugin.settle).
+	// flight sets its books at its count again (Reporter.settle).
 	unsure bool
 }
 
@@ -210,8 +210,8 @@ func (c *counts) remove(id string) {
 // every: read them all. wait is how long to wait for a change when none
 // came: the kernel counts a kill before it logs it, but tells of the
 // change a moment later.
-func (c *counts) changed(p *Plugin, wait time.Duration) (ids []string, every bool) {
-	w, ok := c.watchPending(p)
+func (c *counts) changed(r *Reporter, wait time.Duration) (ids []string, every bool) {
+	w, ok := c.watchPending(r)
 	if !ok {
 		return nil, true
 	}
@@ -236,7 +236,7 @@ func (c *counts) changed(p *Plugin, wait time.Duration) (ids []string, every boo
 // keep watches the containers started since, each second, so that they
 // wait for no kill (and the queue for none). The kill reader runs it, and
 // waits for it to return before it closes the watch.
-func (c *counts) keep(ctx context.Context, p *Plugin, done chan<- struct{}) {
+func (c *counts) keep(ctx context.Context, r *Reporter, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -245,14 +245,14 @@ func (c *counts) keep(ctx context.Context, p *Plugin, done chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.watchPending(p)
+			c.watchPending(r)
 		}
 	}
 }
 
 // watchPending watches the containers started since; false when changes
 // are not watched (cgroup v1, no inotify): then every count is read.
-func (c *counts) watchPending(p *Plugin) (*kernel.Watch, bool) {
+func (c *counts) watchPending(r *Reporter) (*kernel.Watch, bool) {
 	c.mu.Lock()
 	w, pending := c.w, c.pending
 	c.pending = nil
@@ -261,7 +261,7 @@ func (c *counts) watchPending(p *Plugin) (*kernel.Watch, bool) {
 		return nil, false
 	}
 	for _, id := range pending {
-		ctr, ok := p.locate(id)
+		ctr, ok := r.locate(id)
 		if !ok {
 			continue // gone already, or no cgroup to count in
 		}
@@ -271,9 +271,9 @@ func (c *counts) watchPending(p *Plugin) (*kernel.Watch, bool) {
 			return nil, false
 		}
 		// Kills before the watch are not told of: its count says.
-		n, read := p.oomKillCount(id)
-		info, known := p.reg.info(id)
-		owing := !read || n > info.base+info.reported
+		n, read := r.oomKillCount(id)
+		info, known := r.ctrs.Container(id)
+		owing := !read || n > info.Books.Base+info.Books.Reported
 		c.mu.Lock()
 		switch {
 		case kernel.IsGone(err) || !known: // no count to keep

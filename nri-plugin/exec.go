@@ -178,8 +178,8 @@ func (p *Plugin) guardAt(pid int) (g *guard, exited bool, ppid int) {
 
 // setProcess sets the event's process, one of g's container, to g's
 // score; it reports whether its forks are to be followed: it changed the
-// score, or the process is gone (what it forked before it exited has the
-// spec's score too).
+// score, or the process is gone or exiting (what it forked before it
+// exited has the spec's score too).
 func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
 	if g.plan.Score == nil || !p.current(g) {
 		return false
@@ -201,7 +201,11 @@ func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
 		return true
 	case enforce.IsGone(ch.Err):
 		return true
-	case ch.Err != nil && ch.What != enforce.Refused:
+	case ch.What == enforce.Refused:
+		// Exiting, it has left its cgroup: what it forked before is still the container's.
+		_, exited, err := kernel.Parent(p.root, pid)
+		return exited || enforce.IsGone(err)
+	case ch.Err != nil:
 		p.m.errors.WithLabelValues("exec").Inc()
 		p.log.Warn("setting an "+how+"'d process failed", g.attrs("pid", pid, "err", ch.Err)...)
 	}

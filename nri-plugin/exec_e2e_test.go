@@ -131,9 +131,20 @@ func TestE2EForksFollowedWhateverTheExecdProcessDoes(t *testing.T) {
 	flood := node.run(t, "oomguard-execflood", files)
 	const execs = 20000
 	script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do /bin/forker 2>/dev/null; i=$((i+1)); done; echo $i > /flood-done", execs)
-	if err := exec.CommandContext(flood.ctx, "runc", "--root", flood.runcRoot, "exec", "-d", flood.id, "/bin/sh", "-c", script).Run(); err != nil {
+	floodPid := filepath.Join(t.TempDir(), "pid")
+	if err := exec.CommandContext(flood.ctx, "runc", "--root", flood.runcRoot, "exec", "-d", "--pid-file", floodPid, flood.id, "/bin/sh", "-c", script).Run(); err != nil {
 		t.Fatalf("runc exec the flood: %v", err)
 	}
+	// This process is its subreaper: the container cannot end while it is unreaped.
+	defer func() {
+		var pid int
+		b, _ := os.ReadFile(floodPid)
+		if _, err := fmt.Sscan(string(b), &pid); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, 0, nil)
+		}
+	}()
 	doneFile := filepath.Join(flood.b.Rootfs(), "flood-done")
 	floodMade, during := 0, 0
 	for trial := 0; ; trial++ {

@@ -190,6 +190,28 @@ func TestForksNoEventNamedSwept(t *testing.T) {
 	}
 }
 
+// An exec'd process that exits between the event naming its container and
+// its score being set has left its cgroup (its /proc shows the root's):
+// refused there, it is still followed, and its child set.
+func TestExitingExecdProcessFollowed(t *testing.T) {
+	pod := nriruntime.KubeletPod("1", "ml", "guaranteed", "runc", nil)
+	guarded := nriruntime.KubeletContainer(pod, "main", -997, "/sbin/init")
+	root := fixtureNode(t, []*api.Container{guarded}, 1) // 1001 in main
+	cg := mustResolve(t, guarded.Linux.CgroupsPath)
+	p := startedWith(t, root, pod, guarded)
+	fakeProc(root, "1060", "/", "-997")
+	os.WriteFile(filepath.Join(root, "proc", "1060", "stat"), []byte("1060 (forker) R 600 1060 1060 0 -1 4194564 0 0 0 0\n"), 0o644)
+	fakeProc(root, "1061", cg, "-997")
+	p.scored.mu.Lock()
+	p.scored.byID[42] = p.scoredGuards()[0] // as the kernel's filter names it
+	p.scored.mu.Unlock()
+	src := &fakeExecs{batches: [][]execwatch.Event{{{Pid: 1060, Cgroup: 42}, {Pid: 1061, Parent: 1060}}}, errs: []error{nil}}
+	p.watchExecs(context.Background(), func() (execSource, error) { return src, nil })
+	if b, _ := os.ReadFile(filepath.Join(root, "proc/1061/oom_score_adj")); string(b) != "900\n" {
+		t.Errorf("the exiting process's child: %q, want 900", b)
+	}
+}
+
 // A flood of execs in one container walks it once per sweepAfter, not once
 // an exec; stopping drops the walk to come.
 func TestSweepOncePending(t *testing.T) {

@@ -99,9 +99,13 @@ func TestE2EKillsAttributedOnCgroupV1(t *testing.T) {
 	for range 3 {
 		hog("a", forged)
 	}
-	// The child removed, as systemd removes a unit's cgroup: its three
-	// kills leave A's summed count, never the books (A's next kills are
-	// A's, or unsure, never outside every pod).
+	// The child removed, as systemd removes a unit's cgroup, once its kills
+	// are read: they leave A's summed count, never the books (A's next
+	// kills are A's, or unsure, never outside every pod). Removed before
+	// its last kill was read, that kill is unsure: its count went with it.
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(log.String(), `msg="OOM kill"`) < len(truth) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	removeTree(forged)
 	for range 10 { // two containers, one after the other
 		hog("a", dirs["a"])

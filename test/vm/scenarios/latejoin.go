@@ -23,7 +23,8 @@ const (
 	latePerRound = 12
 )
 
-var lateScript = fmt.Sprintf(`start_runtime
+var lateScript = fmt.Sprintf(`oomguard-nri install --nri-only | sed 's/^/@@INSTALL /'
+start_runtime
 cp /etc/oomguard/config.toml /tmp/shipped.toml
 for mode in without with; do
 	endpoint='""'
@@ -48,7 +49,7 @@ for mode in without with; do
 	echo "@@RESULT mode=$mode reconciled=$(grep -c 'reconciled a container the runtime never reported' /tmp/plugin.log)"
 	grep 'reconciled a container\|level=WARN\|level=ERROR' /tmp/plugin.log | sed "s/^/@@PLUGIN $mode: /"
 	mv /tmp/plugin.log /tmp/plugin-$mode.log
-	kubeletish remove-all >/dev/null
+	[ $mode = without ] && kubeletish remove-all >/dev/null
 done
 `, lateRounds, latePerRound)
 

@@ -214,7 +214,7 @@ func startPod(ctx context.Context, rs cri.RuntimeServiceClient, name, qos, handl
 		PodSandboxId: sb.PodSandboxId,
 		Config: &cri.ContainerConfig{
 			Metadata: &cri.ContainerMetadata{Name: name},
-			Image:    &cri.ImageSpec{Image: workload},
+			Image:    &cri.ImageSpec{Image: workload, UserSpecifiedImage: workload}, // CRI-O verifies signatures against what the user named
 			Labels:   map[string]string{"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "default", "io.kubernetes.container.name": name},
 			Args:     args,
 			LogPath:  name + ".log",
@@ -355,6 +355,17 @@ func removeAll(ctx context.Context) error {
 		return err
 	}
 	defer done()
+	// Killed at once: an init that ignores SIGTERM (PID 1 of its namespace)
+	// would hold CRI-O's StopPodSandbox for the whole grace period.
+	ctrs, err := rs.ListContainers(ctx, &cri.ListContainersRequest{})
+	if err != nil {
+		return fmt.Errorf("ListContainers: %w", err)
+	}
+	for _, c := range ctrs.Containers {
+		if _, err := rs.StopContainer(ctx, &cri.StopContainerRequest{ContainerId: c.Id, Timeout: 0}); err != nil {
+			return fmt.Errorf("StopContainer: %w", err)
+		}
+	}
 	list, err := rs.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{})
 	if err != nil {
 		return fmt.Errorf("ListPodSandbox: %w", err)

@@ -174,10 +174,10 @@ func exportedSeries(t *testing.T) map[string]bool {
 		}
 	}
 	// Labelled by the killed pod and container: no series before a kill,
-	// so read from where the plugin registers it.
-	src, err := os.ReadFile(filepath.Join(repo, "nri-plugin/metrics.go"))
+	// so read from where the kill reports (internal/oomkills) make it.
+	src, err := os.ReadFile(filepath.Join(repo, "internal/oomkills/metrics.go"))
 	if err != nil || !strings.Contains(string(src), `Name: "oomguard_oom_kills_total"`) {
-		t.Fatalf("the plugin no longer registers oomguard_oom_kills_total: %v", err)
+		t.Fatalf("the kill reports no longer make oomguard_oom_kills_total: %v", err)
 	}
 	names["oomguard_oom_kills_total"] = true
 	return names

@@ -56,6 +56,9 @@ func (p *Plugin) watchExecs(ctx context.Context, open func() (execSource, error)
 		how = "eBPF, filtered by cgroup"
 	}
 	p.log.Info("watching execs", "source", how)
+	// Its goroutines end with it, when the source fails as when ctx ends.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	done := make(chan struct{})
 	go func() { p.keepScored(ctx, filter); close(done) }()
 	go func() { <-ctx.Done(); <-done; src.Close() }()

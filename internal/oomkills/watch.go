@@ -88,7 +88,10 @@ func (r *Reporter) Watch(ctx context.Context, l Log) {
 		r.log.Warn("not reading the kernel log; OOM kills in guarded containers are counted at each verification only", "err", err)
 		return
 	}
-	go func() { <-ctx.Done(); src.Close() }()
+	// Closed when ctx ends, or when Watch returns for another reason.
+	srcCtx, closeSrc := context.WithCancel(ctx)
+	defer closeSrc()
+	go func() { <-srcCtx.Done(); src.Close() }()
 	parser := kmsg.Parser{SameProcess: func(pid, tid int) (bool, bool) { return kernel.SameProcess(r.root, pid, tid) }}
 	var book killBook
 	book.open(r.root)

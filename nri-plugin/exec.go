@@ -160,9 +160,8 @@ func (p *Plugin) execd(e execwatch.Event, set *recent, forks *forkedBy, now time
 }
 
 // guardAt is the guarded container the process runs in, by /proc: nil
-// when none. exited: it has exited, gone or a zombie (whose /proc shows
-// the root cgroup, not the one it ran in), and then ppid is its parent
-// when a zombie's /proc still says.
+// when none. exited: it is gone or exiting (exiting), and then ppid is
+// its parent when its /proc still says.
 func (p *Plugin) guardAt(pid int) (g *guard, exited bool, ppid int) {
 	cg, err := p.node.Load().Cgroup(pid)
 	switch {
@@ -172,11 +171,19 @@ func (p *Plugin) guardAt(pid int) (g *guard, exited bool, ppid int) {
 		return p.guardOf(cg), false, 0
 	}
 	// The root cgroup, or a /proc that could not say: one exiting reads so.
-	ppid, exited, err = kernel.Parent(p.root, pid)
-	if err != nil {
-		return nil, enforce.IsGone(err), 0
-	}
+	exited, ppid = p.exiting(pid)
 	return nil, exited, ppid
+}
+
+// exiting reports whether the process is gone, a zombie or on its way to
+// one (its /proc then shows the root cgroup), and its parent when /proc
+// still says.
+func (p *Plugin) exiting(pid int) (bool, int) {
+	ppid, exited, err := kernel.Parent(p.root, pid)
+	if err != nil {
+		return enforce.IsGone(err), 0
+	}
+	return exited, ppid
 }
 
 // setProcess sets the event's process, one of g's container, to g's
@@ -206,8 +213,8 @@ func (p *Plugin) setProcess(g *guard, e execwatch.Event, how string) bool {
 		return true
 	case ch.What == enforce.Refused:
 		// Exiting, it has left its cgroup: what it forked before is still the container's.
-		_, exited, err := kernel.Parent(p.root, pid)
-		return exited || enforce.IsGone(err)
+		exited, _ := p.exiting(pid)
+		return exited
 	case ch.Err != nil:
 		p.m.errors.WithLabelValues("exec").Inc()
 		p.log.Warn("setting an "+how+"'d process failed", g.attrs("pid", pid, "err", ch.Err)...)

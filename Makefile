@@ -16,7 +16,7 @@ STAMP := -X github.com/oomguard/oomguard/internal/version.Version=$(VERSION) -X 
 # The shim goes into images of either architecture (imagepatch embeds both).
 SHIM_ARCHES := amd64 arm64
 # Packages with goroutines run under the race detector.
-RACE_PKGS := ./nri-plugin/... ./internal/oomkills/... ./imagepatch/... ./doctor/... ./test/nriruntime/... ./internal/podevents/...
+RACE_PKGS := ./nri-plugin/... ./internal/oomkills/... ./imagepatch/... ./doctor/... ./test/nriruntime/... ./internal/podevents/... ./internal/kubeapi/...
 # Fuzz targets of the parsers of untrusted input, run briefly by make test
 # (a count, not a duration: a duration ends in "context deadline exceeded"
 # when a worker is slow to stop on a loaded machine);
@@ -86,7 +86,7 @@ components:
 
 # Everything that needs neither root, runc, qemu nor a registry.
 test:
-	$(GO) test $$($(GO) list ./... | grep -v -e /nri-plugin -e /internal/oomkills -e /imagepatch -e /doctor -e /test/nriruntime -e /internal/podevents)
+	$(GO) test $$($(GO) list ./... | grep -v -e /nri-plugin -e /internal/oomkills -e /imagepatch -e /doctor -e /test/nriruntime -e /internal/podevents -e /internal/kubeapi)
 	$(GO) test -race $(RACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 

@@ -125,10 +125,21 @@ func benchOOMKills(int) (bool, error) {
 // benchMemcg makes a memory cgroup of limit bytes on this host (cgroup v1's
 // memory hierarchy, or v2's root), and a function that removes it.
 func benchMemcg(limit int64) (string, func(), error) {
-	name := fmt.Sprintf("oomguard-bench-%d", os.Getpid())
-	dir, file := filepath.Join("/sys/fs/cgroup/memory", name), "memory.limit_in_bytes"
-	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
-		dir, file = filepath.Join("/sys/fs/cgroup", name), "memory.max"
+	return benchMemcgNamed(fmt.Sprintf("oomguard-bench-%d", os.Getpid()), limit)
+}
+
+// memcgRoot is the root of this host's memory cgroups.
+func memcgRoot() string {
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
+		return "/sys/fs/cgroup/memory"
+	}
+	return "/sys/fs/cgroup"
+}
+
+func benchMemcgNamed(name string, limit int64) (string, func(), error) {
+	dir, file := filepath.Join(memcgRoot(), name), "memory.limit_in_bytes"
+	if memcgRoot() == "/sys/fs/cgroup" {
+		file = "memory.max"
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("a memory cgroup: %w", err)

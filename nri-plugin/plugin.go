@@ -157,6 +157,9 @@ func New(o Options) *Plugin {
 	}
 	p.m.configInForce(cfg.Hash, source, cfgErr)
 	p.m.workerDeaths.Add(float64(o.Restarts))
+	if c, ok := o.Events.(interface{ Collectors() []prometheus.Collector }); ok {
+		p.m.reg.MustRegister(c.Collectors()...)
+	}
 	p.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "oomguard_guarded_containers",
 		Help: "Containers whose values oomguard keeps."}, func() float64 {
 		return float64(p.reg.guarded())

@@ -3,11 +3,18 @@ package nriplugin
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/oomguard/oomguard/internal/atomicfile"
+	"github.com/oomguard/oomguard/internal/backoff"
+	"github.com/oomguard/oomguard/internal/kernel"
+	"github.com/oomguard/oomguard/internal/kubeapi"
 	"github.com/oomguard/oomguard/internal/restartstate"
 )
 
@@ -19,8 +26,16 @@ import (
 // oomguard_runtime_restart_pending is 1, and the node's condition says it,
 // for kubectl. With Restart, the plugin restarts the runtime itself, when it
 // holds one of the cluster's few restart slots: a rollout never restarts
-// every runtime at once, and a restart that fails keeps its slot until the
-// node serves NRI again, which halts the others.
+// every runtime at once. A node waiting for a slot asks again after a
+// jittered backoff (5 s doubling to 5 minutes), not at every look: a
+// fleet's waiting nodes are thousands. A restart that fails frees its slot
+// and says why (the log, the node's condition, the counter).
+//
+// The node's condition is written when it changes, and what it says is
+// kept beside the node's lock, so that a worker started again (a crash, an
+// OOM kill of it) writes nothing new; a failed write backs off, jittered,
+// and a refusal (403: RBAC or the node-scoped policy; 404: no such node)
+// is said once and tried again after an hour.
 
 // RuntimeWatch is what the plugin does about its runtime's restart.
 type RuntimeWatch struct {
@@ -34,8 +49,12 @@ type RuntimeWatch struct {
 	// Condition, when set, publishes the state on the node.
 	Condition NodeCondition
 	// Interval is how often the state is looked at; Connect how long a
-	// restarted runtime has to serve NRI before the restart counts as failed.
-	Interval, Connect time.Duration
+	// restarted runtime has to serve NRI before the restart counts as
+	// failed; Grace how long the plugin just started has to connect before
+	// the node's condition says it is not connected (its outcome is the
+	// news, not the moment before: a rollout, a crash loop write nothing
+	// more).
+	Interval, Connect, Grace time.Duration
 }
 
 // Slots are a cluster-wide limit: Acquire takes one (true) or finds none
@@ -59,16 +78,28 @@ const ConditionType = "OOMGuardRuntimeRestartPending"
 // runtimeState is the plugin's view of its runtime, for /healthz, the
 // gauge and the node's condition.
 type runtimeState struct {
-	status, reason, message string // the condition's
+	Status, Reason, Message string // the condition's
 	waiting                 string // the units waited for, "" when none
 }
+
+// conditionFile keeps, beside the node's lock, what the node's condition says.
+const conditionFile = "condition.json"
+
+// Backoffs of the writes to the API server.
+var (
+	slotBackoff      = backoff.Backoff{Base: 5 * time.Second, Max: 5 * time.Minute}
+	conditionBackoff = backoff.Backoff{Base: 5 * time.Second, Max: 5 * time.Minute}
+	refusedRetry     = time.Hour
+)
 
 // watchRuntime keeps the runtime's state until ctx ends; then the node's
 // condition says Unknown: nothing on the node reports it any more.
 func (p *Plugin) watchRuntime(ctx context.Context, w RuntimeWatch) {
 	w.Interval = cmp.Or(w.Interval, 5*time.Second)
 	w.Connect = cmp.Or(w.Connect, 2*time.Minute)
-	r := &restarter{p: p, w: w, log: p.log.With("part", "runtime-restart")}
+	w.Grace = cmp.Or(w.Grace, 30*time.Second)
+	r := &restarter{p: p, w: w, log: p.log.With("part", "runtime-restart"), slotTries: slotBackoff, condTries: conditionBackoff, started: time.Now()}
+	r.published = r.lastPublished()
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
 	for {
@@ -80,7 +111,10 @@ func (p *Plugin) watchRuntime(ctx context.Context, w RuntimeWatch) {
 			}
 			stop, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			r.publish(stop, runtimeState{status: "Unknown", reason: "PluginStopped", message: "oomguard-nri stopped on this node."})
+			if !r.refused {
+				r.condNext = time.Time{}
+				r.publish(stop, runtimeState{Status: "Unknown", Reason: "PluginStopped", Message: "oomguard-nri stopped on this node."})
+			}
 			return
 		case <-t.C:
 		}
@@ -98,6 +132,11 @@ type restarter struct {
 	restarted time.Time         // when this plugin restarted the runtime
 	failed    string            // why its restart failed
 	said      map[string]string // each message said once, with its last error
+
+	started              time.Time // the watch's start
+	slotNext, condNext   time.Time // no try before
+	slotTries, condTries backoff.Backoff
+	refused              bool // the condition's last write was refused (403, 404)
 }
 
 // phase is where this plugin's restart of the runtime is: it restarts it
@@ -107,7 +146,7 @@ type phase int
 const (
 	notRestarted phase = iota
 	restarted          // waiting for the runtime to serve NRI
-	failed             // the slot held until it does
+	failed             // waiting for the operator
 	done
 )
 
@@ -125,17 +164,20 @@ func (r *restarter) step(ctx context.Context) {
 	for _, w := range waiting {
 		units = append(units, w.Unit)
 	}
-	s := runtimeState{status: "False", reason: "NRIConnected", message: "The runtime serves NRI: oomguard sets the OOM settings of new containers."}
+	s := runtimeState{Status: "False", Reason: "NRIConnected", Message: "The runtime serves NRI: oomguard sets the OOM settings of new containers."}
 	switch {
 	case connected:
 	case r.phase == failed:
-		s.status, s.reason, s.message = "True", "RuntimeRestartFailed", r.failed
+		s.Status, s.Reason, s.Message = "True", "RuntimeRestartFailed", r.failed
 	case len(waiting) > 0:
-		s.status, s.waiting, s.reason = "True", strings.Join(units, " "), "RuntimeRestartPending"
-		s.message = fmt.Sprintf("%s has not restarted since oomguard enabled NRI in its configuration: until it does, new containers get kubelet's OOM settings. Restart it when it suits you (systemctl restart %s), or let oomguard (restartRuntime=true).",
+		s.Status, s.waiting, s.Reason = "True", strings.Join(units, " "), "RuntimeRestartPending"
+		s.Message = fmt.Sprintf("%s has not restarted since oomguard enabled NRI in its configuration: until it does, new containers get kubelet's OOM settings. Restart it when it suits you (systemctl restart %s), or let oomguard (restartRuntime=true).",
 			s.waiting, s.waiting)
+	case time.Since(r.started) < r.w.Grace:
+		r.p.m.setWaiting("")
+		return
 	default:
-		s.reason, s.message = "NRINotConnected", "oomguard-nri is not connected to the runtime's NRI at "+st.Socket+": its log says why."
+		s.Reason, s.Message = "NRINotConnected", "oomguard-nri is not connected to the runtime's NRI at "+st.Socket+": its log says why."
 	}
 	r.publish(ctx, s)
 	if r.p.standby.Load() { // the node's condition and its runtime are the lock holder's
@@ -155,15 +197,21 @@ func (r *restarter) step(ctx context.Context) {
 // restart restarts the waiting runtimes once this node holds a slot.
 func (r *restarter) restart(ctx context.Context, waiting []restartstate.Pending) {
 	if r.w.Slots != nil && !r.held {
+		if time.Now().Before(r.slotNext) {
+			return
+		}
 		ok, err := r.w.Slots.Acquire(ctx)
-		if err != nil {
-			r.log.Warn("cannot take a restart slot; trying again", "err", err)
+		if err != nil || !ok {
+			wait := r.slotTries.Failed(kubeapi.RetryAfter(err))
+			r.slotNext = time.Now().Add(wait)
+			if err != nil {
+				r.log.Warn("cannot take a restart slot; trying again", "in", wait.Round(time.Second), "err", err)
+			} else {
+				r.sayOnce(slog.LevelInfo, "every restart slot is held by another node; waiting for one", nil)
+			}
 			return
 		}
-		if !ok {
-			r.sayOnce(slog.LevelInfo, "every restart slot is held by another node; waiting for one", nil)
-			return
-		}
+		r.slotTries.Succeeded()
 		r.held, r.renewed = true, time.Now()
 	}
 	r.phase, r.restarted = restarted, time.Now()
@@ -171,17 +219,30 @@ func (r *restarter) restart(ctx context.Context, waiting []restartstate.Pending)
 		r.log.Info("restarting the runtime to read oomguard's NRI configuration", "unit", w.Unit, "pid", w.Process.PID)
 		job, err := r.w.Restart(r.p.root, w.Unit)
 		if err != nil {
-			r.fail(fmt.Sprintf("Restarting %s did not succeed: %v.", w.Unit, err))
+			r.fail(ctx, fmt.Sprintf("Restarting %s did not succeed: %v.", w.Unit, err))
 			return
 		}
 		r.log.Info("restarted the runtime", "unit", w.Unit, "job", job)
 	}
 }
 
-func (r *restarter) fail(why string) {
-	r.phase, r.failed = failed, why+" This node keeps its restart slot, so that no other node restarts, until its runtime serves NRI."
-	r.log.Error("the runtime's restart failed; keeping the restart slot until it serves NRI", "why", why)
+// fail ends a restart that failed: said, counted, its slot freed for the
+// other nodes; the runtime is the operator's now.
+func (r *restarter) fail(ctx context.Context, why string) {
+	r.phase, r.failed = failed, why+" oomguard does not restart it again: fix the runtime and restart it (systemctl restart); this node freed its restart slot."
+	r.log.Error("the runtime's restart failed; freeing the restart slot, not restarting it again", "why", why)
 	r.p.m.restarts.WithLabelValues("failure").Inc()
+	r.release(ctx)
+}
+
+func (r *restarter) release(ctx context.Context) {
+	if !r.held {
+		return
+	}
+	if err := r.w.Slots.Release(ctx); err != nil {
+		r.log.Warn("cannot free the restart slot; it expires", "err", err)
+	}
+	r.held = false
 }
 
 // settle ends a restart: once the runtime serves NRI the slot is freed; a
@@ -194,32 +255,62 @@ func (r *restarter) settle(ctx context.Context, connected bool) {
 	case r.phase == failed && connected:
 		r.log.Info("the runtime serves NRI again")
 	case r.phase == restarted && time.Since(r.restarted) >= r.w.Connect:
-		r.fail(fmt.Sprintf("The runtime restarted but did not serve NRI within %s.", r.w.Connect))
+		r.fail(ctx, fmt.Sprintf("The runtime restarted but did not serve NRI within %s.", r.w.Connect))
 		return
 	default:
 		return
 	}
 	r.phase, r.failed = done, ""
-	if r.held {
-		if err := r.w.Slots.Release(ctx); err != nil {
-			r.log.Warn("cannot free the restart slot; it expires", "err", err)
-		}
-		r.held = false
-	}
+	r.release(ctx)
 }
 
 // publish sets the gauge and /healthz's view, and the node's condition
-// when it changed.
+// when it changed (and no backoff holds it).
 func (r *restarter) publish(ctx context.Context, s runtimeState) {
 	r.p.m.setWaiting(s.waiting)
-	if r.w.Condition == nil || r.p.standby.Load() || (r.published != nil && *r.published == s) {
+	s.waiting = ""
+	if r.w.Condition == nil || r.p.standby.Load() || (r.published != nil && *r.published == s) || time.Now().Before(r.condNext) {
 		return
 	}
-	if err := r.w.Condition.Set(ctx, s.status, s.reason, s.message); err != nil {
-		r.sayOnce(slog.LevelWarn, "cannot set the node's condition "+ConditionType, err)
+	err := r.w.Condition.Set(ctx, s.Status, s.Reason, s.Message)
+	if code := kubeapi.Code(err); code == http.StatusForbidden || code == http.StatusNotFound {
+		r.refused, r.condNext = true, time.Now().Add(refusedRetry)
+		why := "the service account may not patch this node's status: the chart's ClusterRole grants it, and its node-scoped policy allows it only with a token bound to a pod on this node (--node-name must be this node's name)"
+		if code == http.StatusNotFound {
+			why = "no Node has this name: --node-name ($NODE_NAME, the pod's spec.nodeName) must be the node's own"
+		}
+		r.log.Error("the API server refused the node's condition "+ConditionType+"; trying again in an hour", "why", why, "err", err)
 		return
 	}
+	r.refused = false
+	if err != nil {
+		wait := r.condTries.Failed(kubeapi.RetryAfter(err))
+		r.condNext = time.Now().Add(wait)
+		r.sayOnce(slog.LevelWarn, "cannot set the node's condition "+ConditionType+"; trying again after a backoff", err)
+		return
+	}
+	r.condTries.Succeeded()
 	r.published = &s
+	if r.p.lock != nil {
+		b, _ := json.Marshal(s)
+		if err := atomicfile.Write(filepath.Join(r.p.lock.dir, conditionFile), append(b, '\n'), 0o600); err != nil {
+			r.log.Warn("cannot keep what the node's condition says; a restarted worker writes it again", "err", err)
+		}
+	}
+}
+
+// lastPublished is what the node's condition says, as the last worker on
+// this node wrote it; nil if not known.
+func (r *restarter) lastPublished() *runtimeState {
+	if r.p.lock == nil {
+		return nil
+	}
+	b, err := kernel.ReadFile(filepath.Join(r.p.lock.dir, conditionFile), kernel.MaxSmall)
+	var s runtimeState
+	if err != nil || json.Unmarshal(b, &s) != nil || s.Status == "" {
+		return nil
+	}
+	return &s
 }
 
 // sayOnce logs what the loop meets every few seconds the first time only

@@ -117,7 +117,7 @@ func TestRunStopsInOrder(t *testing.T) {
 	execs, kmsgs, events, m := newBlockingSource(), newBlockingSource(), &runRecorder{}, NewMetrics()
 	cond := &stopCondition{execs: execs, kmsg: kmsgs, events: events, m: m}
 	p := New(Options{Config: cfg, Root: dir, Metrics: m, Events: events,
-		Runtime: &RuntimeWatch{State: state, Condition: cond, Interval: 10 * time.Millisecond}})
+		Runtime: &RuntimeWatch{State: state, Condition: cond, Interval: 10 * time.Millisecond, Grace: time.Nanosecond}})
 	p.execs = func() (execSource, error) { return blockingExecs{execs}, nil }
 	p.kmsg = from(blockingKmsg{kmsgs})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -42,6 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type flags struct {
 	cfgPath, socket, root, metricsAddr string
 	events                             bool
+	eventBudget                        podevents.Budget
 	apiServer, apiToken, apiCA, node   string
 
 	state, slots                  string
@@ -66,6 +67,9 @@ func program() *cli.Command {
 			fs.StringVar(&f.root, "root", "/", "host filesystem `DIR` holding /proc and /sys")
 			fs.StringVar(&f.metricsAddr, "metrics-address", "", "serve /metrics and /healthz at `ADDR` (default: the config's nri.metrics_address)")
 			fs.BoolVar(&f.events, "events", false, "record a Warning Event on the pod for each OOM kill in it (the pod's service account must be allowed to create and patch events)")
+			fs.Float64Var(&f.eventBudget.QPS, "event-qps", 1, "with --events: the node's Event writes a second, on average")
+			fs.IntVar(&f.eventBudget.Burst, "event-burst", 25, "with --events: the node's Event writes at once, at most")
+			fs.IntVar(&f.eventBudget.Aggregate, "event-aggregate", 10, "with --events: more pods with Events due at once than this, one Event on the node names them instead")
 			fs.StringVar(&f.apiServer, "api-server", "", "the API server's `URL` for Events, the node's condition and restart slots (default: the pod's KUBERNETES_SERVICE_HOST)")
 			fs.StringVar(&f.apiToken, "api-token-file", kubeapi.ServiceAccount+"/token", "the bearer token `FILE` for the API server")
 			fs.StringVar(&f.apiCA, "api-ca-file", kubeapi.ServiceAccount+"/ca.crt", "the API server's CA `FILE`")
@@ -87,6 +91,9 @@ func program() *cli.Command {
 			}
 			if (f.slots != "" || f.nodeCondition) && f.node == "" {
 				return cli.Usagef(s.Stderr, c, "--restart-slots and --node-condition need the node's name: --node-name or $NODE_NAME")
+			}
+			if f.eventBudget.QPS <= 0 || f.eventBudget.Burst < 1 || f.eventBudget.Aggregate < 1 {
+				return cli.Usagef(s.Stderr, c, "--event-qps must be above 0, --event-burst and --event-aggregate 1 or more")
 			}
 			if f.supervise && os.Getenv(workerEnv) == "" {
 				return supervisor(f, s.Stderr)
@@ -149,7 +156,7 @@ func plugin(f flags, stderr io.Writer) int {
 		}
 	}
 	if f.events && api != nil {
-		o.Events = podevents.NewRecorder(api, "oomguard-nri", f.node, log)
+		o.Events = podevents.NewRecorder(api, "oomguard-nri", f.node, f.eventBudget, log)
 	}
 	if f.state != "" {
 		o.Runtime = &nriplugin.RuntimeWatch{State: f.state}

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,7 +64,10 @@ func FromFiles(server, tokenFile, caFile string) (*Client, error) {
 // NewClient makes a client for server, authenticating with the bearer token
 // in tokenFile (read at each request: projected tokens rotate).
 func NewClient(server, tokenFile string, tc *tls.Config) *Client {
-	tr := &http.Transport{TLSClientConfig: tc, MaxIdleConns: 2, IdleConnTimeout: time.Minute, ResponseHeaderTimeout: requestTime}
+	// HTTP/2 as client-go speaks it: one connection, kept, multiplexed, and
+	// pinged when idle, so that a fleet's burst is no burst of handshakes.
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConns: 2, IdleConnTimeout: 90 * time.Second,
+		ResponseHeaderTimeout: requestTime, HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}}
 	return &Client{server: strings.TrimSuffix(server, "/"), tokenFile: tokenFile, http: &http.Client{Transport: tr, Timeout: requestTime, CheckRedirect: refuseRedirect}}
 }
 
@@ -77,10 +81,33 @@ type Error struct {
 	Method, Path string
 	Code         int
 	Message      string
+	// RetryAfter is the wait the server asked for (429, 503), 0 for none.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.Path, e.Code, http.StatusText(e.Code), e.Message)
+}
+
+// maxRetryAfter bounds the wait a server can ask for.
+const maxRetryAfter = 10 * time.Minute
+
+// RetryAfter is the wait the API server asked for with err, 0 if none.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}
+
+// retryAfter reads Retry-After's seconds (what the API server sends).
+func retryAfter(h http.Header) time.Duration {
+	s, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || s <= 0 {
+		return 0
+	}
+	return min(time.Duration(s)*time.Second, maxRetryAfter)
 }
 
 // Code is the HTTP status of err if the API server answered it, else 0.
@@ -131,7 +158,7 @@ func (c *Client) Do(ctx context.Context, method, path, ctype string, in, out any
 		if json.Unmarshal(b, &st) != nil || st.Message == "" {
 			st.Message = string(bytes.TrimSpace(b[:min(len(b), 512)]))
 		}
-		return &Error{Method: method, Path: path, Code: resp.StatusCode, Message: st.Message}
+		return &Error{Method: method, Path: path, Code: resp.StatusCode, Message: st.Message, RetryAfter: retryAfter(resp.Header)}
 	}
 	if len(b) > maxResponse {
 		return fmt.Errorf("%s %s: the answer is over %d bytes", method, path, maxResponse)

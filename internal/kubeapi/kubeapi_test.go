@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/pem"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // No credential follows a redirect: the API server's URL redirecting to
@@ -139,3 +141,74 @@ type peekedConn struct {
 }
 
 func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// The client speaks HTTP/2 to the API server, as client-go does: one
+// connection kept and multiplexed, not a handshake per burst.
+func TestSpeaksHTTP2(t *testing.T) {
+	var mu sync.Mutex
+	protos := map[string]int{}
+	conns := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos[r.Proto]++
+		mu.Unlock()
+		w.Write([]byte(`{}`))
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	c := NewClient(srv.URL, tokenFile(t), srv.Client().Transport.(*http.Transport).TLSClientConfig)
+	if err := c.Do(context.Background(), http.MethodGet, "/api/v1/nodes/a", "", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 19 {
+		wg.Go(func() {
+			if err := c.Do(context.Background(), http.MethodGet, "/api/v1/nodes/a", "", nil, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if protos["HTTP/2.0"] != 20 || conns != 1 {
+		t.Fatalf("requests by protocol %v over %d connections, want 20 over HTTP/2 on one", protos, conns)
+	}
+}
+
+// A 429's Retry-After is the error's, bounded; other answers have none.
+func TestRetryAfter(t *testing.T) {
+	for header, want := range map[string]time.Duration{"7": 7 * time.Second, "": 0, "soon": 0, "-3": 0, "99999": maxRetryAfter} {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if header != "" {
+				w.Header().Set("Retry-After", header)
+			}
+			http.Error(w, `{"message":"too many requests"}`, http.StatusTooManyRequests)
+		}))
+		c := NewClient(srv.URL, tokenFile(t), srv.Client().Transport.(*http.Transport).TLSClientConfig)
+		err := c.Do(context.Background(), http.MethodPost, "/api/v1/namespaces/a/events", "application/json", map[string]string{}, nil)
+		srv.Close()
+		if Code(err) != http.StatusTooManyRequests || RetryAfter(err) != want {
+			t.Fatalf("Retry-After %q: %v, after %s, want %s", header, err, RetryAfter(err), want)
+		}
+	}
+	if RetryAfter(errors.New("no answer")) != 0 {
+		t.Fatal("an error without an answer has a Retry-After")
+	}
+}
+
+func tokenFile(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte("tok"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

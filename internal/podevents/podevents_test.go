@@ -22,6 +22,9 @@ type apiServer struct {
 	requests []string // METHOD PATH count
 	bodies   []map[string]any
 	gone     bool // PATCH answers 404
+	code     int  // answers this (with retryAfter) when set
+	retry    string
+	protos   []string
 }
 
 func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +39,14 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.Unmarshal(b, &body)
 	a.requests = append(a.requests, r.Method+" "+r.URL.Path)
 	a.bodies = append(a.bodies, body)
+	a.protos = append(a.protos, r.Proto)
+	if a.code != 0 {
+		if a.retry != "" {
+			w.Header().Set("Retry-After", a.retry)
+		}
+		http.Error(w, `{"message":"busy"}`, a.code)
+		return
+	}
 	if r.Method == http.MethodPatch && a.gone {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
@@ -54,7 +65,7 @@ func newRecorder(t *testing.T) (*Recorder, *apiServer) {
 		t.Fatal(err)
 	}
 	c := kubeapi.NewClient(srv.URL, tok, srv.Client().Transport.(*http.Transport).TLSClientConfig)
-	return NewRecorder(c, "oomguard-nri", "node-1", slog.New(slog.DiscardHandler)), api
+	return NewRecorder(c, "oomguard-nri", "node-1", Budget{}, slog.New(slog.DiscardHandler)), api
 }
 
 // A burst is one Event whose count is the burst's; later repeats raise it

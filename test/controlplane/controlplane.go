@@ -357,6 +357,45 @@ func (c *Cluster) ServiceAccountFiles(ctx context.Context, ns, account, dir stri
 	return token, ca, os.WriteFile(ca, c.CA(), 0o644)
 }
 
+// NodeAgentFiles writes what a DaemonSet's pod on node gets: a token of
+// account bound to a pod of it there (the API server names the node in
+// it, as the chart's node-scoped policy requires), and the cluster's CA.
+// The Node and the pod are made if missing; no kubelet runs the pod.
+func (c *Cluster) NodeAgentFiles(ctx context.Context, ns, account, node, dir string) (token, ca string, err error) {
+	if err := c.WaitServiceAccounts(ctx, ns); err != nil {
+		return "", "", err
+	}
+	pod := account + "-" + node
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Node
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: %[2]s, namespace: %[3]s}
+spec:
+  nodeName: %[1]s
+  serviceAccountName: %[4]s
+  tolerations: [{operator: Exists}]
+  containers: [{name: agent, image: oomguard.invalid/agent}]
+`, node, pod, ns, account)
+	if out, err := c.Kubectl(ctx, []byte(manifest), "apply", "-f", "-"); err != nil {
+		return "", "", fmt.Errorf("a pod of %s on %s: %w: %s", account, node, err, out)
+	}
+	out, err := c.Kubectl(ctx, nil, "-n", ns, "create", "token", account, "--duration", "1h", "--bound-object-kind", "Pod", "--bound-object-name", pod)
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	token, ca = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(token, bytes.TrimSpace(out), 0o600); err != nil {
+		return "", "", err
+	}
+	return token, ca, os.WriteFile(ca, c.CA(), 0o644)
+}
+
 // WaitServiceAccounts waits, 2 minutes at most, until each namespace has
 // its default service account: until then the API server refuses pods
 // there.

@@ -105,7 +105,10 @@ func objects(t *testing.T, rendered string) map[string]any {
 	for _, j := range documents(t, rendered) {
 		var head struct {
 			Kind     string
-			Metadata struct{ Annotations map[string]string }
+			Metadata struct {
+				Name        string
+				Annotations map[string]string
+			}
 		}
 		json.Unmarshal(j, &head)
 		var obj any
@@ -156,6 +159,9 @@ func objects(t *testing.T, rendered string) map[string]any {
 		key := head.Kind
 		if head.Metadata.Annotations["helm.sh/hook"] != "" {
 			key = "hook " + head.Kind
+		}
+		if strings.HasSuffix(head.Metadata.Name, "-nri-own-node") {
+			key = "own-node " + head.Kind
 		}
 		out[key] = obj
 	}
@@ -350,12 +356,27 @@ func TestE2EChartEvents(t *testing.T) {
 		}
 		args := strings.Join(c.Args, " ")
 		if c.Name == "oomguard-nri" {
-			if !has || !strings.Contains(args, "--events --node-condition --api-server=https://10.0.0.1:6443") || c.Env[len(c.Env)-1].Name != "NODE_NAME" {
+			if !has || !strings.Contains(args, "--events --event-qps=1 --event-burst=25 --node-condition --api-server=https://10.0.0.1:6443") || c.Env[len(c.Env)-1].Name != "NODE_NAME" {
 				t.Errorf("the plugin: token mounted %v, args %s", has, args)
 			}
 		} else if has {
 			t.Errorf("%s gets the token", c.Name)
 		}
+	}
+	// Each node's agent held to its own node (the API server's test is
+	// internal/kubeapi's e2e), on clusters whose tokens name the node.
+	vap, ok := o["own-node ValidatingAdmissionPolicy"].(*admissionregistrationv1.ValidatingAdmissionPolicy)
+	if !ok || *vap.Spec.FailurePolicy != admissionregistrationv1.Fail || len(vap.Spec.MatchConditions) != 1 ||
+		vap.Spec.MatchConditions[0].Expression != "request.userInfo.username == 'system:serviceaccount:kube-system:oomguard-nri'" || len(vap.Spec.Validations) != 4 {
+		t.Fatalf("the node-scoped policy: %+v", o["own-node ValidatingAdmissionPolicy"])
+	}
+	if vb, ok := o["own-node ValidatingAdmissionPolicyBinding"].(*admissionregistrationv1.ValidatingAdmissionPolicyBinding); !ok || vb.Spec.PolicyName != vap.Name ||
+		!reflect.DeepEqual(vb.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) || vb.Spec.MatchResources != nil {
+		t.Fatalf("the node-scoped policy's binding: %+v", o["own-node ValidatingAdmissionPolicyBinding"])
+	}
+	old := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "--set", "events.enabled=true", "--kube-version", "1.29.0"))
+	if old["own-node ValidatingAdmissionPolicy"] != nil || old["ClusterRole"] == nil {
+		t.Error("Kubernetes 1.29 (no node in the pod's token): the node-scoped policy rendered, or the role not")
 	}
 	plain := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "--set", "nodeCondition.enabled=false"))
 	if _, ok := plain["ClusterRole"]; ok {

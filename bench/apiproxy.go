@@ -28,10 +28,12 @@ type apiProxy struct {
 	fault   atomic.Int32      // 0: pass; else the status answered
 	conns   atomic.Int64      // TLS connections the plugins opened
 
-	mu     sync.Mutex
-	phase  string
-	counts map[reqKey]int
-	protos map[string]int // requests by protocol
+	mu      sync.Mutex
+	phase   string
+	counts  map[reqKey]int
+	refused map[string]int // by phase: what the API server itself answered 4xx or 5xx
+	protos  map[string]int // requests by protocol
+	last    time.Time      // the last request
 }
 
 type reqKey struct{ phase, node, verb, resource string }
@@ -41,7 +43,7 @@ func startAPIProxy(dir, apiServer string, clusterCA []byte, nodes map[string]str
 	if err != nil {
 		return nil, err
 	}
-	p := &apiProxy{CA: dir + "/proxy-ca.crt", nodes: nodes, counts: map[reqKey]int{}, protos: map[string]int{}}
+	p := &apiProxy{CA: dir + "/proxy-ca.crt", nodes: nodes, counts: map[reqKey]int{}, refused: map[string]int{}, protos: map[string]int{}}
 	if err := os.WriteFile(p.CA, caPEM, 0o644); err != nil {
 		return nil, err
 	}
@@ -52,7 +54,15 @@ func startAPIProxy(dir, apiServer string, clusterCA []byte, nodes map[string]str
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(clusterCA)
 	rp := &httputil.ReverseProxy{
-		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		ModifyResponse: func(r *http.Response) error {
+			if r.StatusCode >= 400 {
+				p.mu.Lock()
+				p.refused[p.phase]++
+				p.mu.Unlock()
+			}
+			return nil
+		},
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 100},
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -93,6 +103,19 @@ func (p *apiProxy) count(r *http.Request) {
 	defer p.mu.Unlock()
 	p.counts[reqKey{p.phase, node, verb, resourceOf(r.URL.Path)}]++
 	p.protos[r.Proto]++
+	p.last = time.Now()
+}
+
+// quiet waits until no request came for d, at most limit.
+func (p *apiProxy) quiet(d, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		p.mu.Lock()
+		last := p.last
+		p.mu.Unlock()
+		if time.Since(last) >= d {
+			return
+		}
+	}
 }
 
 // resourceOf names a request's resource as the API server's metrics do
@@ -128,16 +151,17 @@ func (p *apiProxy) setPhase(phase string) {
 
 // tally is what a phase cost: requests by verb and resource, and per node.
 type tally struct {
-	byKind map[string]int // "verb resource"
-	byNode map[string]int
-	writes map[string]int // per node, every verb but get
-	total  int
+	byKind  map[string]int // "verb resource"
+	byNode  map[string]int
+	writes  map[string]int // per node, every verb but get
+	total   int
+	refused int // by the API server itself
 }
 
 func (p *apiProxy) tally(phase string) tally {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t := tally{byKind: map[string]int{}, byNode: map[string]int{}, writes: map[string]int{}}
+	t := tally{byKind: map[string]int{}, byNode: map[string]int{}, writes: map[string]int{}, refused: p.refused[phase]}
 	for k, n := range p.counts {
 		if k.phase != phase {
 			continue

@@ -90,7 +90,9 @@ func benchFleet(int) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("helm template: %w", err)
 		}
-		if out, err := cp.Kubectl(ctx, append([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: "+fleetNS+"}\n---\n"), rbac...), "apply", "-f", "-"); err != nil {
+		// The release's namespace, and the pods' (an Event lives in its object's).
+		namespaces := "apiVersion: v1\nkind: Namespace\nmetadata: {name: " + fleetNS + "}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ml}\n---\n"
+		if out, err := cp.Kubectl(ctx, append([]byte(namespaces), rbac...), "apply", "-f", "-"); err != nil {
 			return false, fmt.Errorf("the chart's RBAC: %w: %s", err, out)
 		}
 
@@ -151,10 +153,10 @@ func benchFleet(int) (bool, error) {
 
 		fmt.Printf("fleet: %d real oomguard-nri processes, a node each, against a real kube-apiserver (%s phases; the chart's defaults: events %g/s burst %d, per pod %d then 1/%s)\n",
 			fleetNodes, fleetPhase, eventQPS, eventBurst, objectBurst, objectEvery)
-		fmt.Printf("  %-34s %9s %9s %14s %15s  %s\n", "phase", "requests", "per node", "a node an hour", "at 5,000 nodes", "by verb and resource (all nodes)")
+		fmt.Printf("  %-40s %9s %9s %14s %15s  %s\n", "phase", "requests", "per node", "a node an hour", "at 5,000 nodes", "by verb and resource (all nodes)")
 		ok := true
 		goal := func(what string, met bool, figures string) {
-			fmt.Printf("  %-34s goal %s: %s%s\n", "", what, verdict(met), figures)
+			fmt.Printf("  %-40s goal %s: %s%s\n", "", what, verdict(met), figures)
 			ok = ok && met
 		}
 		report := func(phase string, d time.Duration) tally {
@@ -165,7 +167,10 @@ func benchFleet(int) (bool, error) {
 				kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 			}
 			slices.Sort(kinds)
-			fmt.Printf("  %-34s %9d %9.1f %14.0f %15s  %s\n", phase+" ("+d.Round(time.Second).String()+")", t.total, perNode, perNode*3600/d.Seconds(),
+			if t.refused > 0 {
+				kinds = append(kinds, fmt.Sprintf("(the API server refused %d)", t.refused))
+			}
+			fmt.Printf("  %-40s %9d %9.1f %14.0f %15s  %s\n", phase+" ("+d.Round(time.Second).String()+")", t.total, perNode, perNode*3600/d.Seconds(),
 				fmt.Sprintf("%.0f/s", perNode*float64(fleetTarget)/d.Seconds()), strings.Join(kinds, ", "))
 			return t
 		}
@@ -296,7 +301,7 @@ func benchFleet(int) (bool, error) {
 				return false, err
 			}
 		}
-		time.Sleep(settle)
+		proxy.quiet(settle, 5*settle) // the conditions written
 
 		// A rollout: every plugin stopped, as kubelet stops it, and started again.
 		d = phase("rollout", 0, func(<-chan struct{}) {
@@ -312,7 +317,7 @@ func benchFleet(int) (bool, error) {
 		})
 		t = report("rollout", d)
 		perNode := float64(t.byKind["patch nodes/status"]) / float64(fleetNodes)
-		goal("≤ 2 Node writes a node", perNode <= 2, fmt.Sprintf(" (%.1f)", perNode))
+		goal("≤ 2 Node writes a node", maxOf(t.writes) <= 2, fmt.Sprintf(" (%.1f a node, at most %d)", perNode, maxOf(t.writes)))
 
 		proxy.mu.Lock()
 		fmt.Printf("  HTTP: %v over %d connections opened in all\n", proxy.protos, proxy.conns.Load())

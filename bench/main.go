@@ -158,7 +158,11 @@ func withDir(pattern string, f func(dir string) (bool, error)) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(dir)
+	if os.Getenv("OOMGUARD_BENCH_KEEP") != "" { // to read the logs a section leaves
+		fmt.Fprintf(os.Stderr, "bench: keeping %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	return f(dir)
 }
 

@@ -75,12 +75,12 @@ func (n *node) checkNICCPU() Finding {
 	f.Metric = &metric{Name: "oomguard_doctor_nic_cpu_kernel_percent", Value: maxKernel, Help: nicCPUHelp}
 	if len(hot) > 0 && avg < 50 {
 		f.Severity = Warning
-		f.Summary = fmt.Sprintf("%d CPUs serving NIC queues are saturated by kernel work while the machine average is %.0f%%: the NIC driver starves and may reset", len(hot), avg)
+		f.Summary = fmt.Sprintf("%d CPUs serving NIC queues are saturated by kernel work while the machine's CPUs are %.0f%% busy on average: the NIC driver starves and may reset", len(hot), avg)
 		f.Details = hot
 		f.Fix = "find the %sys consumer on those cores (perf top -C N; zombie memory cgroups are a known one), or move the NIC IRQs (/proc/irq/N/smp_affinity_list) off them"
 		return f
 	}
-	f.Severity, f.Summary = OK, fmt.Sprintf("%d CPUs serve NIC queues; the busiest spends %.0f%% in kernel work (machine average %.0f%%)", len(nicCPUs), maxKernel, avg)
+	f.Severity, f.Summary = OK, fmt.Sprintf("%d CPUs serve NIC queues; the busiest spends %.0f%% of its time in kernel work; the machine's CPUs are %.0f%% busy on average (user and kernel)", len(nicCPUs), maxKernel, avg)
 	return f
 }
 

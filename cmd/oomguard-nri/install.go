@@ -31,7 +31,7 @@ func installCommand(name, help string) *cli.Command {
 			fs.BoolVar(&o.NRIOnly, "nri-only", false, "only enable NRI in the runtime, for the DaemonSet: no plugin binary or config link")
 			fs.StringVar(&o.Socket, "socket", "", "the NRI socket `PATH` the runtime listens on (default: the configuration's nri.socket)")
 			fs.BoolVar(&o.FailClosed, "fail-closed", false, "turn on the runtime's NRI validator (containerd 2.2, CRI-O 1.34 and later): a container whose pod lists oomguard in its required-plugins.noderesource.dev annotation is not created while oomguard is not connected; refuses a configuration with a tolerate_missing_plugins_annotation")
-			fs.IntVar(&o.ContainerdConfigVersion, "containerd-config-version", 0, "config `VERSION` for a new containerd config.toml: 2 (containerd 1.7) or 3 (2.x); 0 keeps the existing one's")
+			fs.IntVar(&o.ContainerdConfigVersion, "containerd-config-version", 0, "config `VERSION` for a new containerd config.toml: 2 (read by containerd 1.7 and 2.x) or 3 (2.x's own); 0: 2 where there is none, the existing one's otherwise")
 		},
 		Run: func(_ context.Context, _ []string, s cli.IO) int {
 			if restart {

@@ -106,4 +106,9 @@ func TestInstallRestartOnlyOnChange(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "would: restart containerd.service") {
 		t.Fatalf("uninstall --dry-run: %d %s", code, out)
 	}
+	// Without --restart-runtime a dry run says the restart is the operator's.
+	out, code = runInstall(t, "uninstall", "--root", root, "--dry-run")
+	if code != 0 || strings.Contains(out, "would: restart") || !strings.Contains(out, "would leave the restart to you (no --restart-runtime): systemctl restart containerd.service") {
+		t.Fatalf("uninstall --dry-run without --restart-runtime: %d %s", code, out)
+	}
 }

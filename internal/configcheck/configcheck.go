@@ -4,6 +4,7 @@ package configcheck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/oomguard/oomguard/config"
@@ -21,10 +22,29 @@ func Command() *cli.Command {
 		Run: func(_ context.Context, args []string, s cli.IO) int {
 			c, err := config.Load(args[0])
 			if err != nil {
-				fmt.Fprintf(s.Stderr, "invalid: %s\n", escape.Terminal(err.Error()))
+				for _, line := range problems(err) {
+					fmt.Fprintf(s.Stderr, "invalid: %s\n", escape.Terminal(line))
+				}
 				return 1
 			}
 			fmt.Fprintf(s.Stdout, "valid: %s hash %s, %d rules\n", escape.Terminal(args[0]), c.Hash, len(c.Rules))
 			return 0
 		}}
+}
+
+// problems are err's, a line each: validation finds them all at once.
+func problems(err error) []string {
+	var le *config.LoadError
+	if !errors.As(err, &le) {
+		return []string{err.Error()}
+	}
+	joined, ok := le.Err.(interface{ Unwrap() []error })
+	if !ok {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range joined.Unwrap() {
+		out = append(out, "config "+le.Path+": "+e.Error())
+	}
+	return out
 }

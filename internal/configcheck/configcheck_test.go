@@ -25,6 +25,8 @@ func TestValidate(t *testing.T) {
 		{"typo", "[[rule]]\nnmae = \"x\"\n", 1, "", "nmae"},
 		{"escapes", "[[rule]]\nname = \"\\u001b[2J\"\noom_score_adj = 5000\n", 1, "", `\x1b[2J`},
 		{"missing", "", 1, "", "no such file"},
+		// Every problem on a line of its own, not one line joined by a literal \n.
+		{"two problems", "[[rule]]\nname = \"x\"\noom_score_adj = 5000\n[[rule]]\nname = \"x\"\n", 1, "", "oom_score_adj 5000: want a value from -1000 to 1000\ninvalid: config "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(dir, tc.name)

@@ -319,6 +319,9 @@ func apply(w *changes.Set, root string, units []string, pending []restartstate.P
 		fmt.Fprintf(out, "the runtime's configuration is unchanged, but %s has not restarted since oomguard wrote it\n", strings.Join(units, " "))
 	}
 	switch {
+	case w.DryRun() && restart == nil:
+		fmt.Fprintf(out, "would leave the restart to you (no --restart-runtime): systemctl restart %s to apply\n", strings.Join(units, " "))
+		return nil
 	case w.DryRun():
 		fmt.Fprintf(out, "would: restart %s to apply\n", strings.Join(units, " "))
 		return nil

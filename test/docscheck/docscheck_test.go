@@ -721,9 +721,11 @@ func TestMetrics(t *testing.T) {
 	}
 
 	checked := 0
+	documented := map[string]bool{}
 	for _, d := range markdown(t) {
 		for _, m := range metricName.FindAllStringIndex(d.text, -1) {
 			name := d.text[m[0]:m[1]]
+			documented[name] = true
 			before, after := "", d.text[m[1]:]
 			if m[0] > 0 {
 				before = d.text[m[0]-1 : m[0]]
@@ -751,6 +753,16 @@ func TestMetrics(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("only %d metric names checked: the parser is broken", checked)
+	}
+	// And the other way: every metric a program exports is in the docs.
+	for name, who := range exported {
+		base := name
+		for _, s := range []string{"_bucket", "_sum", "_count"} { // a histogram's series
+			base = strings.TrimSuffix(base, s)
+		}
+		if strings.HasPrefix(name, "oomguard_") && !documented[name] && !documented[base] {
+			t.Errorf("%s (%s) is documented nowhere: add it to docs/operating.md's table, doctor.md's or imagepatch.md's", name, who)
+		}
 	}
 	t.Logf("%d metric names, against %d exported", checked, len(exported))
 }

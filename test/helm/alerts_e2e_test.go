@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -80,6 +81,7 @@ func TestE2EChartAlertsAndDashboard(t *testing.T) {
 					if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 						t.Errorf("alert %s: severity %q, summary %q, description %q", r.Alert, r.Labels["severity"], r.Annotations["summary"], r.Annotations["description"])
 					}
+					checkRunbook(t, r.Alert, r.Annotations["runbook_url"])
 					if r.For != "" {
 						if _, err := time.ParseDuration(r.For); err != nil {
 							t.Errorf("alert %s: for %q", r.Alert, r.For)
@@ -111,7 +113,7 @@ func TestE2EChartAlertsAndDashboard(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"OomguardPluginDisconnected", "OomguardRuntimeRestartPending", "OomguardRuntimeRestartFailed", "OomguardErrors", "OomguardConfigInvalid",
+	want := []string{"OomguardPluginDisconnected", "OomguardPluginDown", "OomguardPluginMetricsAbsent", "OomguardRuntimeRestartPending", "OomguardRuntimeRestartFailed", "OomguardErrors", "OomguardConfigInvalid",
 		"OomguardNodeDaemonOOMKilled", "OomguardDoctorCritical", "OomguardDoctorStale"}
 	if fmt.Sprint(alerts) != fmt.Sprint(want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
@@ -180,5 +182,43 @@ func exportedSeries(t *testing.T) map[string]bool {
 		t.Fatalf("the kill reports no longer make oomguard_oom_kills_total: %v", err)
 	}
 	names["oomguard_oom_kills_total"] = true
+	names["up"] = true // Prometheus' own, for each target it scrapes
 	return names
+}
+
+// checkRunbook: an alert's runbook_url is a page of docs/ and one of its
+// headings, as GitHub anchors them.
+func checkRunbook(t *testing.T, alert, url string) {
+	t.Helper()
+	const base = "https://github.com/oomguard/oomguard/blob/main/docs/"
+	page, anchor, ok := strings.Cut(strings.TrimPrefix(url, base), "#")
+	if !strings.HasPrefix(url, base) || !ok {
+		t.Errorf("alert %s: runbook_url %q, want %sPAGE#SECTION", alert, url, base)
+		return
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
+	if err != nil {
+		t.Errorf("alert %s: runbook_url %q: %v", alert, url, err)
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if h, ok := strings.CutPrefix(line, "#"); ok && githubAnchor(strings.TrimLeft(h, "# ")) == anchor {
+			return
+		}
+	}
+	t.Errorf("alert %s: runbook_url %q: %s has no heading anchored #%s", alert, url, page, anchor)
+}
+
+// githubAnchor is the anchor GitHub gives a heading.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -743,6 +743,11 @@ func TestE2EChartWebhookGuarded(t *testing.T) {
 		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}", "imagepatchWebhook.hostNetwork=true"}, "does not apply to a pod on the node's network"},
 		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10}"}, "apiServerCIDRs"},
 		{[]string{"imagepatchWebhook.limits.concurrentPatches=0"}, "concurrentPatches"},
+		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.300/40}"}, "apiServerCIDRs"},
+		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={fd00::1/129}"}, "apiServerCIDRs"},
+		{[]string{"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}", "imagepatchWebhook.networkPolicy.nodeCIDRs={10.1.0.0/33}"}, "nodeCIDRs"},
+		{[]string{"imagepatchWebhook.resources.limits.memory=64MB"}, "/imagepatchWebhook/resources/limits/memory"},
+		{[]string{"resources.requests.cpu=half"}, "/resources/requests/cpu"},
 	} {
 		args := append([]string{}, base...)
 		for _, s := range tc.set {
@@ -798,7 +803,43 @@ func TestE2EChartFailClosed(t *testing.T) {
 			}
 		}
 	}
+	// Kubernetes 1.28 and 1.29 serve no ValidatingAdmissionPolicy v1: none is rendered there.
+	if old := objects(t, tool(t, "helm", "template", "oomguard", chart, "--set", "failClosed.enabled=true", "--kube-version", "1.29.0")); old["ValidatingAdmissionPolicy"] != nil || old["own-node ValidatingAdmissionPolicy"] != nil {
+		t.Error("Kubernetes 1.29: a ValidatingAdmissionPolicy v1 rendered")
+	}
 	if _, stderr, err := run(t, "helm", "template", "oomguard", chart, "--set", "failClosed.enabled=true,mode=hook"); err == nil || !strings.Contains(stderr, "failClosed.enabled: needs mode nri") {
 		t.Errorf("hook mode failing closed: %v %s", err, stderr)
+	}
+}
+
+// Every object the chart renders, whatever is enabled, carries the
+// release's labels: what `kubectl get -l app.kubernetes.io/instance=…`,
+// Argo CD and cost reports select by.
+func TestE2EChartEveryObjectLabelled(t *testing.T) {
+	for _, set := range [][]string{
+		nil,
+		{"events.enabled=true", "restartRuntime=true", "failClosed.enabled=true", "podMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true"},
+		{"imagepatchWebhook.enabled=true", "imagepatchWebhook.images={r.example/a/*}", "imagepatchWebhook.tls.certManager=true",
+			"imagepatchWebhook.networkPolicy.enabled=true", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}"},
+		{"imagepatchWebhook.enabled=true", "imagepatchWebhook.images={r.example/a/*}", "mode=hook"},
+	} {
+		args := []string{"template", "gpu", chart, "--namespace", "ops", "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+			"--api-versions", "monitoring.coreos.com/v1/PodMonitor", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule"}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		for _, j := range documents(t, tool(t, "helm", args...)) {
+			var head struct {
+				Kind     string
+				Metadata struct {
+					Name   string
+					Labels map[string]string
+				}
+			}
+			json.Unmarshal(j, &head)
+			if l := head.Metadata.Labels; l["app.kubernetes.io/part-of"] != "oomguard" || l["app.kubernetes.io/instance"] != "gpu" || l["helm.sh/chart"] == "" {
+				t.Errorf("%v: %s %s has labels %v, want the release's", set, head.Kind, head.Metadata.Name, l)
+			}
+		}
 	}
 }

@@ -813,8 +813,9 @@ func TestE2EChartFailClosed(t *testing.T) {
 }
 
 // Every object the chart renders, whatever is enabled, carries the
-// release's labels: what `kubectl get -l app.kubernetes.io/instance=…`,
-// Argo CD and cost reports select by.
+// release's labels and its component (node-agent, imagepatch-webhook,
+// monitoring, fail-closed, …): what `kubectl get -l …`, Argo CD and cost
+// reports select by.
 func TestE2EChartEveryObjectLabelled(t *testing.T) {
 	for _, set := range [][]string{
 		nil,
@@ -837,7 +838,8 @@ func TestE2EChartEveryObjectLabelled(t *testing.T) {
 				}
 			}
 			json.Unmarshal(j, &head)
-			if l := head.Metadata.Labels; l["app.kubernetes.io/part-of"] != "oomguard" || l["app.kubernetes.io/instance"] != "gpu" || l["helm.sh/chart"] == "" {
+			if l := head.Metadata.Labels; l["app.kubernetes.io/part-of"] != "oomguard" || l["app.kubernetes.io/instance"] != "gpu" || l["helm.sh/chart"] == "" ||
+				l["app.kubernetes.io/component"] == "" {
 				t.Errorf("%v: %s %s has labels %v, want the release's", set, head.Kind, head.Metadata.Name, l)
 			}
 		}

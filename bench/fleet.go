@@ -69,12 +69,9 @@ func benchFleet(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	guest, err := filepath.Abs("build/test-bin/guest")
+	guest, err := testBinary("guest")
 	if err != nil {
 		return false, err
-	}
-	if _, err := os.Stat(guest); err != nil {
-		return false, fmt.Errorf("%s: run make test-bins", guest)
 	}
 	cfg, _ := filepath.Abs("deploy/config.toml")
 	return withDir("fl", func(dir string) (bool, error) {

@@ -98,6 +98,18 @@ func built(name string) (string, error) {
 	return p, nil
 }
 
+// testBinary is the absolute path of a program make test-bins wrote.
+func testBinary(name string) (string, error) {
+	p, err := filepath.Abs(filepath.Join("build", "test-bin", name))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is missing: run make test-bins", p)
+	}
+	return p, nil
+}
+
 // installed is a copy of the binary at p in dir, written as a node gets
 // its binaries (the hook's install --copy, an image's extraction). The Go
 // linker writes its output through a mapping, and on this kernel (6.18) a

@@ -38,12 +38,9 @@ func benchOOMKills(int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	guest, err := filepath.Abs("build/test-bin/guest")
+	guest, err := testBinary("guest")
 	if err != nil {
 		return false, err
-	}
-	if _, err := os.Stat(guest); err != nil {
-		return false, fmt.Errorf("%s: run make test-bins", guest)
 	}
 	return withDir("oomguard-bench-oom", func(dir string) (bool, error) {
 		hog := filepath.Join(dir, "hog") // the guest allocates until killed when called hog

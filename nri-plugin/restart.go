@@ -98,8 +98,7 @@ func (p *Plugin) watchRuntime(ctx context.Context, w RuntimeWatch) {
 	w.Interval = cmp.Or(w.Interval, 5*time.Second)
 	w.Connect = cmp.Or(w.Connect, 2*time.Minute)
 	w.Grace = cmp.Or(w.Grace, 30*time.Second)
-	r := &restarter{p: p, w: w, log: p.log.With("part", "runtime-restart"), slotTries: slotBackoff, condTries: conditionBackoff, started: time.Now()}
-	r.published = r.lastPublished()
+	r := newRestarter(p, w)
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
 	for {
@@ -137,6 +136,14 @@ type restarter struct {
 	slotNext, condNext   time.Time // no try before
 	slotTries, condTries backoff.Backoff
 	refused              bool // the condition's last write was refused (403, 404)
+}
+
+// newRestarter starts from what the node's condition says, as the last
+// worker on this node left it.
+func newRestarter(p *Plugin, w RuntimeWatch) *restarter {
+	r := &restarter{p: p, w: w, log: p.log.With("part", "runtime-restart"), slotTries: slotBackoff, condTries: conditionBackoff, started: time.Now()}
+	r.published = r.lastPublished()
+	return r
 }
 
 // phase is where this plugin's restart of the runtime is: it restarts it

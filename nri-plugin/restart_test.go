@@ -110,7 +110,8 @@ func TestRuntimeWatch(t *testing.T) {
 			if tc.restart {
 				w.Restart, w.Slots = n.restart, n
 			}
-			r := &restarter{p: p, w: w, log: p.log, slotTries: slotBackoff, condTries: conditionBackoff}
+			r := newRestarter(p, w)
+			r.started = time.Time{} // connected or not, said at once
 			ctx := context.Background()
 
 			r.step(ctx)
@@ -213,8 +214,8 @@ func restarterOn(t *testing.T, n *fakeNode, restart bool) (*restarter, *bytes.Bu
 	if restart {
 		w.Restart, w.Slots = n.restart, n
 	}
-	r := &restarter{p: p, w: w, log: p.log, slotTries: slotBackoff, condTries: conditionBackoff}
-	r.published = r.lastPublished()
+	r := newRestarter(p, w)
+	r.started = time.Time{} // connected or not, said at once
 	return r, &logs
 }
 

@@ -73,8 +73,7 @@ func TestStormEndWritten(t *testing.T) {
 // The node's bucket bounds its writes whatever the pods: a burst, then the
 // rate; what waits is due when a token is.
 func TestNodeBucket(t *testing.T) {
-	r, api := newRecorder(t)
-	r.budget = Budget{QPS: 2, Burst: 5, Aggregate: 100}
+	r, api := newRecorderWith(t, Budget{QPS: 2, Burst: 5, Aggregate: 100})
 	c := fakeClock(r)
 	for i := range 20 {
 		r.Warning(Pod{Namespace: "ml", Name: "p", UID: string(rune('a' + i))}, "main", "OOMKilling", "killed")

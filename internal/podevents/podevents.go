@@ -126,6 +126,7 @@ func NewRecorder(c *kubeapi.Client, component, node string, budget Budget, log *
 	budget.Burst = cmp.Or(budget.Burst, 25)
 	budget.Aggregate = cmp.Or(budget.Aggregate, 10)
 	r := &Recorder{c: c, component: component, node: node, log: log, now: time.Now, budget: budget,
+		nodeB:    bucket{burst: budget.Burst, per: budget.every()},
 		failures: backoff.Backoff{Base: time.Second, Max: 5 * time.Minute},
 		pending:  map[key]*entry{}, objects: map[object]*objectBudget{}, wake: make(chan struct{}, 1)}
 	r.m = metrics{
@@ -254,7 +255,7 @@ func (r *Recorder) Flush(ctx context.Context) time.Duration {
 			continue
 		}
 		if b := r.objects[e.object()]; b != nil {
-			w := b.wait(now, objectBurst, objectEvery)
+			w := b.wait(now)
 			if quiet := e.last.Add(quietAfter); now.Before(quiet) {
 				w = max(w, b.last.Add(spacing(b.tokens)).Sub(now))
 				w = min(w, quiet.Sub(now)) // looked at again once quiet
@@ -272,46 +273,45 @@ func (r *Recorder) Flush(ctx context.Context) time.Duration {
 	if len(pods) > r.budget.Aggregate {
 		r.aggregate(due)
 	}
-	var batch []entry
-	var keys []key
+	type pending struct {
+		k key
+		e entry // a copy: written without the lock
+	}
+	var batch []pending
 	for k, e := range due {
-		batch, keys = append(batch, *e), append(keys, k)
+		batch = append(batch, pending{k, *e})
 	}
 	r.mu.Unlock()
-	order := make([]int, len(batch))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return batch[a].first.Compare(batch[b].first) })
-	for _, i := range order {
-		e := batch[i]
+	slices.SortFunc(batch, func(a, b pending) int { return a.e.first.Compare(b.e.first) })
+	for _, p := range batch {
+		e := p.e
 		r.mu.Lock()
 		ob := r.objects[e.object()]
 		if ob == nil {
-			ob = &objectBudget{}
+			ob = &objectBudget{bucket: bucket{burst: objectBurst, per: objectEvery}}
 			r.objects[e.object()] = ob
 		}
-		if w := ob.wait(now, objectBurst, objectEvery); w > 0 { // another of its containers took the last
+		if w := ob.wait(now); w > 0 { // another of its containers took the last
 			r.mu.Unlock()
 			later = minDue(later, w)
 			continue
 		}
-		if w := r.nodeB.wait(now, r.budget.Burst, r.budget.every()); w > 0 {
+		if w := r.nodeB.wait(now); w > 0 {
 			r.mu.Unlock()
 			return minDue(later, w)
 		}
-		r.nodeB.take(now, r.budget.Burst, r.budget.every())
-		ob.take(now, objectBurst, objectEvery)
+		r.nodeB.take(now)
+		ob.take(now)
 		ob.last = now
 		r.mu.Unlock()
 		name, err := r.write(ctx, e)
-		if wait, stop := r.wrote(keys[i], e, name, err); stop {
+		if wait, stop := r.wrote(p.k, e, name, err); stop {
 			return wait
 		}
 	}
 	r.mu.Lock()
 	for o, b := range r.objects { // a full bucket is as good as none
-		if b.full(now, objectBurst, objectEvery) {
+		if b.full(now) {
 			delete(r.objects, o)
 		}
 	}

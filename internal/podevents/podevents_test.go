@@ -55,7 +55,9 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("{}"))
 }
 
-func newRecorder(t *testing.T) (*Recorder, *apiServer) {
+func newRecorder(t *testing.T) (*Recorder, *apiServer) { return newRecorderWith(t, Budget{}) }
+
+func newRecorderWith(t *testing.T, budget Budget) (*Recorder, *apiServer) {
 	t.Helper()
 	api := &apiServer{}
 	srv := httptest.NewTLSServer(api)
@@ -65,7 +67,7 @@ func newRecorder(t *testing.T) (*Recorder, *apiServer) {
 		t.Fatal(err)
 	}
 	c := kubeapi.NewClient(srv.URL, tok, srv.Client().Transport.(*http.Transport).TLSClientConfig)
-	return NewRecorder(c, "oomguard-nri", "node-1", Budget{}, slog.New(slog.DiscardHandler)), api
+	return NewRecorder(c, "oomguard-nri", "node-1", budget, slog.New(slog.DiscardHandler)), api
 }
 
 // A burst is one Event whose count is the burst's; later repeats raise it

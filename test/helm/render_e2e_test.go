@@ -97,19 +97,22 @@ func documents(t *testing.T, rendered string) (out [][]byte) {
 	return out
 }
 
+// header is what every object has: its kind and metadata.
+type header struct {
+	Kind     string
+	Metadata struct {
+		Name                string
+		Labels, Annotations map[string]string
+	}
+}
+
 // objects decodes every document strictly into its k8s.io/api type: an
 // unknown or misspelt field fails, as the API server would refuse it.
 func objects(t *testing.T, rendered string) map[string]any {
 	t.Helper()
 	out := map[string]any{}
 	for _, j := range documents(t, rendered) {
-		var head struct {
-			Kind     string
-			Metadata struct {
-				Name        string
-				Annotations map[string]string
-			}
-		}
+		var head header
 		json.Unmarshal(j, &head)
 		var obj any
 		switch head.Kind {
@@ -830,13 +833,7 @@ func TestE2EChartEveryObjectLabelled(t *testing.T) {
 			args = append(args, "--set", s)
 		}
 		for _, j := range documents(t, tool(t, "helm", args...)) {
-			var head struct {
-				Kind     string
-				Metadata struct {
-					Name   string
-					Labels map[string]string
-				}
-			}
+			var head header
 			json.Unmarshal(j, &head)
 			if l := head.Metadata.Labels; l["app.kubernetes.io/part-of"] != "oomguard" || l["app.kubernetes.io/instance"] != "gpu" || l["helm.sh/chart"] == "" ||
 				l["app.kubernetes.io/component"] == "" {

@@ -1,14 +1,124 @@
+// Indexes: a source index read once, a patched one assembled.
+
 package imagepatch
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"strings"
+	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
+
+func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) error {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	out := &v1.IndexManifest{SchemaVersion: im.SchemaVersion, MediaType: mt, ArtifactType: im.ArtifactType}
+	children := map[v1.Hash]mutate.Appendable{}
+	var platforms []string // every image entry's, for an index with none to patch
+	noCommand := true
+	for _, d := range im.Manifests {
+		plat := "unknown"
+		if d.Platform != nil {
+			plat = d.Platform.String()
+		}
+		runnable := d.MediaType.IsImage() && d.Platform != nil && d.Platform.OS != "unknown" && d.Platform.OS != ""
+		if runnable {
+			platforms = append(platforms, plat)
+		}
+		why := p.spec.SupportsPlatform(d.Platform)
+		if !d.MediaType.IsImage() {
+			why = "not an image (" + string(d.MediaType) + ")"
+		}
+		if why != "" {
+			// Another operating system's entry (windows), or one with
+			// os.features, is always passed through: its nodes must still
+			// find their image.
+			if p.spec.Unpatchable == "keep" || (runnable && (d.Platform.OS != "linux" || len(d.Platform.OSFeatures) > 0)) {
+				child, err := childOf(idx, d)
+				if err != nil {
+					return fmt.Errorf("keep the %s entry %s: %w", plat, d.Digest, err)
+				}
+				out.Manifests, children[d.Digest] = append(out.Manifests, d), child
+				b.kept = append(b.kept, fmt.Sprintf("%s %s: %s", plat, d.Digest, why))
+				if runnable {
+					b.unpatched = append(b.unpatched, plat)
+				}
+			} else {
+				b.dropped = append(b.dropped, plat+" "+d.Digest.String())
+			}
+			continue
+		}
+		child, err := idx.Image(d.Digest)
+		if err != nil {
+			return fmt.Errorf("read %s entry: %w", plat, err)
+		}
+		base := b.baseTag.Context().Digest(d.Digest.String()).String()
+		img, none, err := p.patchImage(child, d.Platform.Architecture, base, b.baseTag, b.base)
+		if err != nil {
+			return fmt.Errorf("patch %s entry: %w", plat, err)
+		}
+		noCommand = noCommand && none
+		nd, err := entryDescriptor(d, img)
+		if err != nil {
+			return fmt.Errorf("patch %s entry: %w", plat, err)
+		}
+		out.Manifests, children[nd.Digest] = append(out.Manifests, nd), img
+	}
+	if len(out.Manifests) == len(b.kept) {
+		b.unpatched = platforms
+		return unpatchable(fmt.Sprintf("no entry of the index is for linux on %s (it has %s)", strings.Join(p.spec.Architectures(), " or "), cmp.Or(strings.Join(platforms, ", "), "no platform's")))
+	}
+	b.noCommand = noCommand
+	// A Docker manifest list's schema has no annotations: its entries'
+	// labels say what it was made from (LabelBaseIndex).
+	if mt != types.DockerManifestList {
+		out.Annotations = maps.Clone(im.Annotations)
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		maps.Copy(out.Annotations, p.recordLabels(b.base, b.baseTag))
+		maps.Copy(out.Annotations, lineage(b.base, b.baseTag))
+	}
+	if b.idx, err = newBuiltIndex(out, children); err != nil {
+		return err
+	}
+	b.digest, err = b.idx.Digest()
+	return err
+}
+
+// unpatchable is an index with no entry the patch has files for: it is
+// left as it is.
+type unpatchable string
+
+func (u unpatchable) Error() string { return string(u) }
+
+// childOf fetches an index entry as what it is, an index or an image.
+func childOf(idx v1.ImageIndex, d v1.Descriptor) (mutate.Appendable, error) {
+	var child mutate.Appendable
+	var err error
+	if d.MediaType.IsIndex() {
+		child, err = idx.ImageIndex(d.Digest)
+	} else {
+		child, err = idx.Image(d.Digest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Fetch it now: an entry that cannot be read must fail here, not later.
+	if _, err := partial.Descriptor(child); err != nil {
+		return nil, err
+	}
+	return child, nil
+}
 
 // builtIndex is a patched index: the source's manifest with its patched
 // entries' descriptors replaced, and nothing else changed that its format
@@ -60,4 +170,27 @@ func (b *builtIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
 		return idx, nil
 	}
 	return nil, fmt.Errorf("no index %s in the index", h)
+}
+
+// readOnce is an index whose images are fetched once: a remote index
+// fetches an entry each time it is asked for it.
+type readOnce struct {
+	index
+	mu     sync.Mutex
+	images map[v1.Hash]v1.Image
+}
+
+type index = v1.ImageIndex
+
+func (r *readOnce) Image(h v1.Hash) (v1.Image, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if img, ok := r.images[h]; ok {
+		return img, nil
+	}
+	img, err := r.index.Image(h)
+	if err == nil {
+		r.images[h] = img
+	}
+	return img, err
 }

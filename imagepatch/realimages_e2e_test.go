@@ -191,6 +191,7 @@ type realResult struct {
 	Unpatched   []string `json:"unpatched"`
 	Note        string   `json:"note"`
 	Error       string   `json:"error"`
+	Signature   string   `json:"signature"`
 }
 
 // imagepatch runs the built imagepatch COMMAND ARGS with the registry's
@@ -280,9 +281,9 @@ func (r *realRig) sign(repo string, digest v1.Hash, how string) {
 }
 
 // verify says whether cosign verifies ref's signature with the rig's key.
-func (r *realRig) verify(ref, key string) error {
+func (r *realRig) verify(ref, key string, flags ...string) error {
 	bin := testbin.ComponentFor(r.t, "cosign", "cosign")
-	args := []string{"verify", "--key", key, "--insecure-ignore-tlog", "--insecure-ignore-sct", ref}
+	args := append(append([]string{"verify", "--key", key, "--insecure-ignore-tlog", "--insecure-ignore-sct"}, flags...), ref)
 	if !r.secure {
 		args = append(args, "--allow-http-registry")
 	}
@@ -1726,6 +1727,54 @@ func TestE2ERealImagesSigned(t *testing.T) {
 	for _, x := range res {
 		if err := r.verify(r.ref(repo)+"@"+x.Digest, filepath.Join(r.dir, "cosign", "cosign.pub")); err != nil {
 			t.Errorf("%s: %v", x.Destination, err)
+		}
+	}
+}
+
+// TestE2ERealImagesSignedBundle: with --signature-format bundle, each result
+// gets one Sigstore bundle as an OCI referrer (distribution v3 has no
+// referrers API here: go-containerregistry keeps the fallback tag), which
+// the real cosign's new-bundle-format path verifies; a re-run adds none.
+func TestE2ERealImagesSignedBundle(t *testing.T) {
+	set := realImages(t)
+	r := newRealRig(t, v3Secure)
+	const repo = "ml/bundled"
+	refs := []string{"systemd:oci-zstd", "index:oci-gzip"}
+	for _, ref := range refs {
+		r.put(set, repo+":"+strings.ReplaceAll(ref, ":", "-"), ref)
+	}
+	r.cosign("version") // makes the key pair
+	key, pub := filepath.Join(r.dir, "cosign", "cosign.key"), filepath.Join(r.dir, "cosign", "cosign.pub")
+	r.env = append(r.env, "COSIGN_PASSWORD=e2e")
+	for run := range 2 {
+		code, all, stderr := r.imagepatch("apply", "--repo", r.ref(repo), "--sign-key", key, "--signature-format", "bundle")
+		var res []realResult // the second run also lists the results, as already patched
+		for _, x := range all {
+			if x.Action != "skipped" {
+				res = append(res, x)
+			}
+		}
+		if code != 0 || len(res) != len(refs) {
+			t.Fatalf("run %d: apply --signature-format bundle: exit %d %+v\n%s", run, code, all, stderr)
+		}
+		for _, x := range res {
+			if !strings.Contains(x.Signature, "@sha256:") {
+				t.Errorf("%s: signature %q, want the referrer's digest", x.Destination, x.Signature)
+			}
+			if err := r.verify(r.ref(repo)+"@"+x.Digest, pub, "--new-bundle-format"); err != nil {
+				t.Errorf("%s: %v", x.Destination, err)
+			}
+			d, err := name.NewDigest(r.ref(repo)+"@"+x.Digest, r.nameOpts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idx, err := remote.Referrers(d, r.reg.RemoteOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if im, _ := idx.IndexManifest(); len(im.Manifests) != 1 {
+				t.Errorf("run %d: %s has %d referrers, want its one bundle: %+v", run, x.Destination, len(im.Manifests), im.Manifests)
+			}
 		}
 	}
 }

@@ -190,7 +190,7 @@ func SignatureTag(repo name.Repository, digest v1.Hash) name.Tag {
 func (p *Patcher) signResult(ctx context.Context, sess *session, repo name.Repository, digest v1.Hash) (name.Tag, error) {
 	tag := SignatureTag(repo, digest)
 	body := payload(repo, digest)
-	sigs := mutate.MediaType(mutate.ConfigMediaType(empty.Image, types.OCIConfigJSON), types.OCIManifestSchema1)
+	sigs := emptySignatures()
 	switch d, err := remote.Get(tag, sess.opts(ctx)...); {
 	case err == nil:
 		img, err := d.Image()
@@ -204,21 +204,43 @@ func (p *Patcher) signResult(ctx context.Context, sess *session, repo name.Repos
 	case !notFound(err):
 		return tag, fmt.Errorf("read the signatures at %s: %w", tag, err)
 	}
-	sig, err := p.signer.sign(body)
+	sigs, err := p.signer.appendSignature(sigs, body)
 	if err != nil {
 		return tag, fmt.Errorf("sign %s: %w", digest, err)
-	}
-	sigs, err = mutate.Append(sigs, mutate.Addendum{
-		Layer:       static.NewLayer(body, SignatureMediaType),
-		Annotations: map[string]string{SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
-	})
-	if err != nil {
-		return tag, err
 	}
 	if err := remote.Write(tag, sigs, sess.opts(ctx)...); err != nil {
 		return tag, fmt.Errorf("push the signature %s: %w", tag, err)
 	}
 	return tag, nil
+}
+
+// appendSignature adds the signer's signature of body to sigs.
+func (s *Signer) appendSignature(sigs v1.Image, body []byte) (v1.Image, error) {
+	sig, err := s.sign(body)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Append(sigs, mutate.Addendum{
+		Layer:       static.NewLayer(body, SignatureMediaType),
+		Annotations: map[string]string{SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
+	})
+}
+
+// SignatureImage is a signature image holding the signer's signature of
+// digest in repo alone: what SignatureTag holds once pushed.
+func (s *Signer) SignatureImage(repo name.Repository, digest v1.Hash) (v1.Image, error) {
+	return s.appendSignature(emptySignatures(), payload(repo, digest))
+}
+
+// SignBlob is the signature of data in base64, as cosign sign-blob --key
+// writes it (cosign verify-blob --key --signature verifies it).
+func (s *Signer) SignBlob(data []byte) (string, error) {
+	sig, err := s.sign(data)
+	return base64.StdEncoding.EncodeToString(sig), err
+}
+
+func emptySignatures() v1.Image {
+	return mutate.MediaType(mutate.ConfigMediaType(empty.Image, types.OCIConfigJSON), types.OCIManifestSchema1)
 }
 
 // signedBy reports whether img holds the signer's signature of body.
@@ -252,4 +274,10 @@ func (p *Patcher) signedBy(img v1.Image, body []byte) bool {
 // WithSigner signs every result pushed, or found already there, with s.
 func WithSigner(s *Signer) Option {
 	return func(p *Patcher) error { p.signer = s; return nil }
+}
+
+// WithSignatureFormat says how WithSigner's signatures are stored (FormatSig
+// unless said).
+func WithSignatureFormat(f SignatureFormat) Option {
+	return func(p *Patcher) error { p.format = f; return nil }
 }

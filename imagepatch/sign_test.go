@@ -1,6 +1,7 @@
 package imagepatch
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/nacl/secretbox"
@@ -185,5 +187,42 @@ func TestLineageAnnotations(t *testing.T) {
 	json.Unmarshal(d.Manifest, &m)
 	if m.Annotations[AnnotationBaseDigest] != src.Digest.String() || m.Annotations[AnnotationBaseName] != r.host+"/ml/a:1" {
 		t.Fatalf("annotations %v, want the base %s", m.Annotations, src.Digest)
+	}
+}
+
+// A bundle is taken as the signer's only when its envelope verifies with
+// the key and its statement is cosign's about that very digest: one for
+// another digest, another key's, or a forged payload is not.
+func TestBundleIsOwnOnlyForItsDigestAndKey(t *testing.T) {
+	signer := func() *Signer {
+		ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		s, err := LoadSigner(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8(t, ec)}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s, other := signer(), signer()
+	d := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)}
+	b, err := s.Bundle(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.signedBundle(b, d) {
+		t.Fatalf("its own bundle: not recognised\n%s", b)
+	}
+	forged := bytes.Replace(b, []byte(`"payload":"`), []byte(`"payload":"AA`), 1)
+	for what, ok := range map[string]bool{
+		"another digest": s.signedBundle(b, v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("cd", 32)}),
+		"another key":    other.signedBundle(b, d),
+		"forged payload": s.signedBundle(forged, d),
+		"not JSON":       s.signedBundle([]byte("{"), d),
+	} {
+		if ok {
+			t.Errorf("%s: taken as the signer's", what)
+		}
+	}
+	if _, err := ParseSignatureFormat("cosign"); err == nil {
+		t.Error("an unknown signature format was accepted")
 	}
 }

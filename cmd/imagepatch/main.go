@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	// Mozilla's roots, for where the machine has none: public registries
+	// (ghcr.io, Docker Hub, ECR) are then verified as anywhere else.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/oomguard/oomguard/imagepatch"
 	"github.com/oomguard/oomguard/internal/cli"
@@ -36,10 +39,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type flags struct {
-	spec, repo, tags, tagRegex, fromFile, template, caFile, signKey string
-	jobs, retries                                                   int
-	insecure, json, allowPrivate                                    bool
-	timeout, requestTimeout                                         time.Duration
+	spec, repo, tags, tagRegex, fromFile, template, caFile, signKey, signatureFormat string
+	jobs, retries                                                                    int
+	insecure, json, allowPrivate                                                     bool
+	timeout, requestTimeout                                                          time.Duration
 }
 
 const targetsHelp = "Targets: REF... (repo:tag), --from-file FILE (one a line), or --repo REPO with\n" +
@@ -122,7 +125,8 @@ func patchFlags(f *flags, selecting bool, timeout time.Duration, timeoutHelp str
 		fs.StringVar(&f.template, "tag-template", imagepatch.DefaultTagTemplate, "destination tag `TEMPLATE`; fields .Tag .Patch .Version .Repo")
 		fs.IntVar(&f.retries, "retries", 4, "attempts per registry request on 5xx, with backoff (a 429 waits as the registry asks, every job together)")
 		fs.StringVar(&f.signKey, "sign-key", "", "sign every result with the private key in `FILE` (cosign generate-key-pair's, its password in $COSIGN_PASSWORD, or PKCS#8 PEM), as cosign sign --key does: cosign verify --key verifies")
-		fs.StringVar(&f.caFile, "ca-file", "", "PEM `FILE` of CAs a registry's certificate may be signed by (a private CA), besides the system's")
+		fs.StringVar(&f.signatureFormat, "signature-format", string(imagepatch.FormatSig), "with --sign-key, how signatures are stored: `sig` (cosign's sha256-HEX.sig tags) or bundle (a Sigstore bundle as an OCI referrer, cosign 3's format: cosign verify --new-bundle-format)")
+		fs.StringVar(&f.caFile, "ca-file", "", "PEM `FILE` of CAs a registry's certificate may be signed by (a private CA), besides Mozilla's roots and the system's")
 		fs.BoolVar(&f.insecure, "insecure", false, "allow plain-HTTP registries")
 		fs.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
 		fs.DurationVar(&f.requestTimeout, "request-timeout", imagepatch.DefaultTransportOptions.RequestTimeout, "give up on one registry request (its answer included) after this long")

@@ -120,6 +120,14 @@ func newPatcher(f flags) (*imagepatch.Patcher, *imagepatch.Transport, []name.Opt
 		}
 		popts = append(popts, imagepatch.WithSigner(s))
 	}
+	format, err := imagepatch.ParseSignatureFormat(f.signatureFormat)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("--signature-format: %w", err)
+	}
+	if format != imagepatch.FormatSig && f.signKey == "" {
+		return nil, nil, nil, nil, fmt.Errorf("--signature-format %s needs --sign-key", format)
+	}
+	popts = append(popts, imagepatch.WithSignatureFormat(format))
 	p, err := imagepatch.New(spec, popts...)
 	return p, tr, nameOpts, ropts, err
 }

@@ -228,29 +228,56 @@ func (h *Handler) Review(ctx context.Context, body []byte) (out []byte, result s
 
 // slot is one container the review may change, where the patch puts it.
 type slot struct {
-	path string // /spec/containers/0
-	c    container
-	ref  name.Reference
-	res  imagepatch.Resolution
+	path    string // /spec/containers/0
+	c       container
+	ref     name.Reference
+	res     imagepatch.Resolution
+	patched string // the patched image by digest; "" when the container runs its own
 }
 
+// mutate is a request's JSON Patch, the pod's warnings and the review's result.
 func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, string) {
 	ephemeral := req.SubResource == "ephemeralcontainers" && req.Operation == "UPDATE"
-	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || !(req.Operation == "CREATE" && req.SubResource == "" || ephemeral) {
+	p, ok := h.decodePod(req, ephemeral)
+	if !ok {
 		return nil, nil, "skipped"
 	}
+	slots := h.selectSlots(req, p, ephemeral)
+	if len(slots) == 0 {
+		return nil, nil, "unchanged"
+	}
+	h.resolveAll(ctx, slots, req.DryRun)
+	warnings := h.outcomes(req.Namespace+"/"+cmp.Or(p.Metadata.Name, p.Metadata.GenerateName+"*"), slots)
+	ops := h.jsonPatch(p, slots, ephemeral)
+	if len(ops) == 0 {
+		return nil, warnings, "unchanged"
+	}
+	return ops, warnings, "mutated"
+}
+
+// decodePod is the pod under review, or false when the webhook leaves the
+// request alone: not a pod's creation or an ephemeral containers update, a
+// skipped namespace, a pod it cannot read or one that opts out.
+func (h *Handler) decodePod(req *request, ephemeral bool) (*pod, bool) {
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || !(req.Operation == "CREATE" && req.SubResource == "" || ephemeral) {
+		return nil, false
+	}
 	if slices.Contains(h.cfg.Skip, req.Namespace) {
-		return nil, nil, "skipped"
+		return nil, false
 	}
 	var p pod
 	if err := json.Unmarshal(req.Object, &p); err != nil {
 		h.log.Warn("cannot read the pod under review; admitted unchanged", "namespace", req.Namespace, "err", err)
-		return nil, nil, "skipped"
+		return nil, false
 	}
 	if p.Metadata.Annotations[AnnotationOptOut] == "false" {
-		return nil, nil, "skipped"
+		return nil, false
 	}
-	podName := cmp.Or(p.Metadata.Name, p.Metadata.GenerateName+"*")
+	return &p, true
+}
+
+// selectSlots is the containers whose images the webhook selects.
+func (h *Handler) selectSlots(req *request, p *pod, ephemeral bool) []*slot {
 	var slots []*slot
 	add := func(list string, cs []container, skip func(container) bool) {
 		for i, c := range cs {
@@ -278,15 +305,17 @@ func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, str
 		add("containers", p.Spec.Containers, nil)
 		add("ephemeralContainers", p.Spec.EphemeralContainers, nil)
 	}
-	if len(slots) == 0 {
-		return nil, nil, "unchanged"
-	}
+	return slots
+}
+
+// resolveAll resolves every slot's image at once.
+func (h *Handler) resolveAll(ctx context.Context, slots []*slot, dryRun bool) {
 	var wg sync.WaitGroup
 	for _, s := range slots {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if req.DryRun { // a dry run writes nothing: the cache only
+			if dryRun { // a dry run writes nothing: the cache only
 				if res, ok := h.r.Cached(s.ref); ok {
 					s.res = res
 				}
@@ -296,68 +325,93 @@ func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, str
 		}()
 	}
 	wg.Wait()
-	var ops []op
+}
+
+// outcomes weighs each slot's resolution in turn (outcome) and returns the
+// pod's warnings.
+func (h *Handler) outcomes(podName string, slots []*slot) []string {
 	var warnings []string
+	for _, s := range slots {
+		if w := h.outcome(podName, s); w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	return warnings
+}
+
+// outcome counts and logs what becomes of one slot, sets s.patched when
+// its container runs the patched image, and returns the pod's warning
+// about it, if any.
+func (h *Handler) outcome(podName string, s *slot) string {
+	state := string(s.res.State)
+	if state == "" {
+		state = "dry-run"
+	}
+	h.m.images.WithLabelValues(state).Inc()
+	attrs := []any{"pod", podName, "container", s.c.Name, "image", s.c.Image, "state", state}
+	switch s.res.State {
+	case imagepatch.StateCached, imagepatch.StatePatched:
+	case imagepatch.StatePending:
+		h.log.Info("image still being patched; the pod runs it unpatched", attrs...)
+		return fmt.Sprintf("oomguard: %s is being patched; container %s runs it unpatched this time", s.c.Image, s.c.Name)
+	case imagepatch.StateThrottled:
+		h.m.throttle.WithLabelValues(s.res.Limit).Inc()
+		h.log.Warn("image not patched now: a limit on the webhook's work is reached; the pod runs it unpatched", append(attrs, "limit", s.res.Limit)...)
+		return fmt.Sprintf("oomguard: %s is not patched now (the webhook's %s limit is reached); container %s runs it unpatched this time", s.c.Image, s.res.Limit, s.c.Name)
+	case imagepatch.StateFailed:
+		h.log.Warn("image not patched; the pod runs it as it is", append(attrs, "err", s.res.Error)...)
+		return fmt.Sprintf("oomguard: %s could not be patched (%s); container %s runs it unpatched", escape.Terminal(s.c.Image), cmp.Or(short(s.res.Error), "no reason given"), escape.Terminal(s.c.Name))
+	case imagepatch.StateSkipped:
+		// The image is a patched one already, or one for a platform
+		// the patch has no files for (windows): then said so.
+		if len(s.res.Unpatched) > 0 {
+			h.log.Info("image for a platform the patch has no files for; the pod runs it as it is", append(attrs, "why", s.res.Error)...)
+			return fmt.Sprintf("oomguard: %s is not patched: it is for %s, which the patch has no files for; container %s runs it as it is", escape.Terminal(s.c.Image), short(strings.Join(s.res.Unpatched, ", ")), escape.Terminal(s.c.Name))
+		}
+		return ""
+	default:
+		return ""
+	}
+	if s.res.NoCommand && len(s.c.Command) == 0 && len(s.c.Args) == 0 {
+		// The image has neither entrypoint nor cmd and the pod gives no
+		// command: it cannot start, and the patched one must not start
+		// something in its place (the shim's default, /sbin/init).
+		h.log.Info("image without a command, and the pod gives none; left as it is", attrs...)
+		return fmt.Sprintf("oomguard: %s has no entrypoint or cmd and container %s gives no command: left as it is", escape.Terminal(s.c.Image), escape.Terminal(s.c.Name))
+	}
+	var warning string
+	if len(s.res.Unpatched) > 0 {
+		warning = fmt.Sprintf("oomguard: %s's entries for %s are not patched (the patch has no files for them); container %s runs unpatched on such nodes", escape.Terminal(s.c.Image), short(strings.Join(s.res.Unpatched, ", ")), escape.Terminal(s.c.Name))
+	}
+	patched, err := name.NewDigest(s.res.Patched, h.cfg.NameOptions...)
+	if err != nil || patched.Context().Name() != s.ref.Context().Name() {
+		// Only to an image made from this one, in its repository: the pod's pull secrets reach it.
+		h.log.Warn("the patched image is not in the pod's image's repository; left alone", append(attrs, "patched", s.res.Patched)...)
+		return warning
+	}
+	s.patched = patched.String()
+	h.log.Info("runs the patched image", append(attrs, "patched", s.patched, "tag", s.res.Destination, "note", s.res.Note)...)
+	return warning
+}
+
+// jsonPatch is the patch for the slots that run patched: their images, the
+// prefix in front of a command they set, and the pod's original images; nil
+// when none does.
+func (h *Handler) jsonPatch(p *pod, slots []*slot, ephemeral bool) []op {
+	var ops []op
 	originals := map[string]string{}
 	for _, s := range slots {
-		state := string(s.res.State)
-		if state == "" {
-			state = "dry-run"
-		}
-		h.m.images.WithLabelValues(state).Inc()
-		attrs := []any{"pod", req.Namespace + "/" + podName, "container", s.c.Name, "image", s.c.Image, "state", state}
-		switch s.res.State {
-		case imagepatch.StateCached, imagepatch.StatePatched:
-		case imagepatch.StatePending:
-			warnings = append(warnings, fmt.Sprintf("oomguard: %s is being patched; container %s runs it unpatched this time", s.c.Image, s.c.Name))
-			h.log.Info("image still being patched; the pod runs it unpatched", attrs...)
-			continue
-		case imagepatch.StateThrottled:
-			h.m.throttle.WithLabelValues(s.res.Limit).Inc()
-			warnings = append(warnings, fmt.Sprintf("oomguard: %s is not patched now (the webhook's %s limit is reached); container %s runs it unpatched this time", s.c.Image, s.res.Limit, s.c.Name))
-			h.log.Warn("image not patched now: a limit on the webhook's work is reached; the pod runs it unpatched", append(attrs, "limit", s.res.Limit)...)
-			continue
-		case imagepatch.StateFailed:
-			warnings = append(warnings, fmt.Sprintf("oomguard: %s could not be patched (%s); container %s runs it unpatched", escape.Terminal(s.c.Image), cmp.Or(short(s.res.Error), "no reason given"), escape.Terminal(s.c.Name)))
-			h.log.Warn("image not patched; the pod runs it as it is", append(attrs, "err", s.res.Error)...)
-			continue
-		case imagepatch.StateSkipped:
-			// The image is a patched one already, or one for a platform
-			// the patch has no files for (windows): then said so.
-			if len(s.res.Unpatched) > 0 {
-				warnings = append(warnings, fmt.Sprintf("oomguard: %s is not patched: it is for %s, which the patch has no files for; container %s runs it as it is", escape.Terminal(s.c.Image), short(strings.Join(s.res.Unpatched, ", ")), escape.Terminal(s.c.Name)))
-				h.log.Info("image for a platform the patch has no files for; the pod runs it as it is", append(attrs, "why", s.res.Error)...)
-			}
-			continue
-		default:
+		if s.patched == "" {
 			continue
 		}
-		if s.res.NoCommand && len(s.c.Command) == 0 && len(s.c.Args) == 0 {
-			// The image has neither entrypoint nor cmd and the pod gives no
-			// command: it cannot start, and the patched one must not start
-			// something in its place (the shim's default, /sbin/init).
-			warnings = append(warnings, fmt.Sprintf("oomguard: %s has no entrypoint or cmd and container %s gives no command: left as it is", escape.Terminal(s.c.Image), escape.Terminal(s.c.Name)))
-			h.log.Info("image without a command, and the pod gives none; left as it is", attrs...)
-			continue
-		}
-		if len(s.res.Unpatched) > 0 {
-			warnings = append(warnings, fmt.Sprintf("oomguard: %s's entries for %s are not patched (the patch has no files for them); container %s runs unpatched on such nodes", escape.Terminal(s.c.Image), short(strings.Join(s.res.Unpatched, ", ")), escape.Terminal(s.c.Name)))
-		}
-		patched, err := name.NewDigest(s.res.Patched, h.cfg.NameOptions...)
-		if err != nil || patched.Context().Name() != s.ref.Context().Name() {
-			// Only to an image made from this one, in its repository: the pod's pull secrets reach it.
-			h.log.Warn("the patched image is not in the pod's image's repository; left alone", append(attrs, "patched", s.res.Patched)...)
-			continue
-		}
-		ops = append(ops, op{"replace", s.path + "/image", patched.String()})
+		ops = append(ops, op{"replace", s.path + "/image", s.patched})
 		if len(s.c.Command) > 0 && len(h.cfg.Prefix) > 0 && !hasPrefix(s.c.Command, h.cfg.Prefix) && (len(h.cfg.InitPrefix) == 0 || !hasPrefix(s.c.Command, h.cfg.InitPrefix)) {
 			ops = append(ops, op{"replace", s.path + "/command", append(slices.Clone(h.cfg.Prefix), s.c.Command...)})
 		}
 		originals[s.c.Name] = s.c.Image
-		h.log.Info("runs the patched image", append(attrs, "patched", patched.String(), "tag", s.res.Destination, "note", s.res.Note)...)
 	}
 	if len(ops) == 0 {
-		return nil, warnings, "unchanged"
+		return nil
 	}
 	if !ephemeral { // an ephemeral containers update may change nothing else
 		b, _ := json.Marshal(originals)
@@ -367,7 +421,7 @@ func (h *Handler) mutate(ctx context.Context, req *request) ([]op, []string, str
 			ops = append(ops, op{"add", "/metadata/annotations/" + escapePointer(AnnotationOriginal), string(b)})
 		}
 	}
-	return ops, warnings, "mutated"
+	return ops
 }
 
 func (h *Handler) selected(repo string) bool {

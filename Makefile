@@ -67,7 +67,7 @@ image: image-bin
 CHART_REPO ?=
 release: image-bin
 	$(GO) run ./cmd/mkrelease --bin $(BUILD)/image-bin --chart deploy/helm/oomguard --out $(BUILD)/release \
-		--release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push-image $(IMAGE)) $(if $(CHART_REPO),--push-chart $(CHART_REPO))
+		--release $(VERSION) --commit $(COMMIT) --created $(CREATED) $(if $(IMAGE),--push-image $(IMAGE)) $(if $(CHART_REPO),--push-chart $(CHART_REPO)) $(if $(SIGN_KEY),--sign-key $(SIGN_KEY))
 
 # The image's programs for each platform, stamped with the release.
 image-bin:

@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/oomguard/oomguard/test/testbin"
 )
 
 func init() { sections = append(sections, section{"image", benchImage}) }
@@ -14,9 +14,9 @@ func init() { sections = append(sections, section{"image", benchImage}) }
 // moves (manifest, config, compressed layers) with the size of the
 // binaries it carries.
 func benchImage(int) (bool, error) {
-	idx, err := layout.ImageIndexFromPath("build/image")
+	idx, err := testbin.ReleaseIndex("build/image")
 	if err != nil {
-		return false, fmt.Errorf("%w (run make image)", err)
+		return false, err
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {

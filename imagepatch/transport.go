@@ -161,6 +161,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("%s %s: waiting out the registry's rate limit: %w", req.Method, req.URL.Redacted(), err)
 		}
 		resp, err := t.roundTrip(req)
+		if ua := (x509.UnknownAuthorityError{}); errors.As(err, &ua) {
+			return nil, fmt.Errorf("%w: %s's certificate is signed by no CA imagepatch trusts (Mozilla's roots, the system's): give its CA with --ca-file (the chart: imagepatchWebhook.registryCAConfigMap)", err, req.URL.Host)
+		}
 		if err != nil {
 			return nil, err
 		}

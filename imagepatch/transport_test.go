@@ -2,7 +2,7 @@ package imagepatch
 
 import (
 	"context"
-
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -216,4 +216,23 @@ func TestGateOneRefusalForRequestsInFlight(t *testing.T) {
 			t.Fatalf("Retry-After %s: a 429 after the refusal closed the host for %s, want the backoff doubled (%s)", after, closed, 2*backoffBase)
 		}
 	}
+}
+
+// A registry whose certificate no trusted CA signed fails saying how to
+// trust its CA; with that CA given (--ca-file) it is trusted.
+func TestUnknownAuthoritySaysWhatToDo(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/v2/", nil)
+	_, err := NewTransport(TransportOptions{}).RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "--ca-file") || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("an unknown CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	resp, err := NewTransport(TransportOptions{RootCAs: pool}).RoundTrip(req)
+	if err != nil {
+		t.Fatalf("with its CA: %v", err)
+	}
+	resp.Body.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,7 @@ var (
 	// artifacthub.io/images: the image Artifact Hub scans for the chart.
 	artifactHubImage = regexp.MustCompile(`(?m)^(    (?:- )?  image: ).*$`)
 	semver           = regexp.MustCompile(`^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)$`)
+	prerelease       = regexp.MustCompile(`(?m)^(  artifacthub\.io/prerelease: ).*$`)
 )
 
 // PackageChart packages the chart in dir for the release m: its appVersion
@@ -74,9 +76,12 @@ func PackageChart(dir string, m Meta, repository, digest string) (*Chart, error)
 		return nil, fmt.Errorf("%s is no chart: it lacks Chart.yaml or values.yaml", dir)
 	}
 	meta = chartAppVersion.ReplaceAll(meta, []byte("appVersion: "+quote(m.Version)))
-	if v := semver.FindStringSubmatch(m.Version); v != nil {
+	v := semver.FindStringSubmatch(m.Version)
+	if v != nil {
 		meta = chartVersion.ReplaceAll(meta, []byte("version: "+v[1]))
 	}
+	// A release (1.2.3) is no pre-release; 1.2.3-rc.1 and a commit's build are.
+	meta = prerelease.ReplaceAll(meta, []byte(`${1}"`+strconv.FormatBool(v == nil || strings.Contains(v[1], "-"))+`"`))
 	if digest != "" {
 		if !imageDigest.Match(values) {
 			return nil, fmt.Errorf("%s/values.yaml has no image.digest to pin", dir)

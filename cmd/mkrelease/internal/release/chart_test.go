@@ -34,7 +34,7 @@ func TestPackageChart(t *testing.T) {
 		t.Fatalf("the image not pinned:\n%s", values[:min(len(values), 400)])
 	}
 	if meta := string(files["oomguard/Chart.yaml"]); !strings.Contains(meta, "\nversion: 1.4.0\n") || !strings.Contains(meta, "\nappVersion: \"v1.4.0\"\n") ||
-		!strings.Contains(meta, "  image: registry.example/oomguard@"+digest+"\n") {
+		!strings.Contains(meta, "  image: registry.example/oomguard@"+digest+"\n") || !strings.Contains(meta, "  artifacthub.io/prerelease: \"false\"\n") {
 		t.Fatalf("Chart.yaml:\n%s", meta)
 	}
 	for _, f := range []string{"oomguard/values.schema.json", "oomguard/templates/daemonset.yaml", "oomguard/files/dashboard.json"} {
@@ -50,6 +50,12 @@ func TestPackageChart(t *testing.T) {
 	dev, err := PackageChart(dir, Meta{Version: "8debe8f-dirty", Created: m.Created}, "", "")
 	if err != nil || dev.Version != "0.1.0" || !strings.Contains(string(untgz(t, dev.Archive)["oomguard/values.yaml"]), "repository: ghcr.io/oomguard/oomguard") {
 		t.Fatalf("a release that is no version keeps the chart's version and repository: %v %+v", err, dev)
+	}
+	for version, pre := range map[string]string{"8debe8f-dirty": "true", "v1.5.0-rc.1": "true", "v1.5.0": "false"} {
+		c, err := PackageChart(dir, Meta{Version: version, Created: m.Created}, "", "")
+		if err != nil || !strings.Contains(string(untgz(t, c.Archive)["oomguard/Chart.yaml"]), "  artifacthub.io/prerelease: \""+pre+"\"\n") {
+			t.Errorf("%s: want artifacthub.io/prerelease %s (%v)", version, pre, err)
+		}
 	}
 	if _, err := PackageChart(t.TempDir(), m, "", ""); err == nil || !strings.Contains(err.Error(), "is no chart") {
 		t.Fatalf("an empty directory: %v", err)

@@ -1,8 +1,9 @@
 // Package release builds oomguard's release image, as `make image` runs it
 // (cmd/mkrelease): a multi-platform OCI image index (linux/amd64, linux/arm64)
 // whose images are the static oomguard-nri, oomguard-doctor, oomguard-hook
-// and imagepatch (its webhook) as one layer on nothing, with fixed times, so the same commit
-// gives the same digest; written as an OCI image layout, pushed on request.
+// and imagepatch (its webhook) and a root bundle (Roots) as one layer on
+// nothing, with fixed times, so the same commit gives the same digest;
+// written as an OCI image layout, pushed on request.
 package release
 
 import (
@@ -12,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -32,8 +34,11 @@ var Programs = []string{"oomguard-nri", "oomguard-doctor", "oomguard-hook", "ima
 // Arches are the platforms the index holds, all linux.
 var Arches = []string{"amd64", "arm64"}
 
-// Repository is where the image is published, and its source.
-const Repository = "ghcr.io/oomguard/oomguard"
+// Repository is where the image is published; Source is its code.
+const (
+	Repository = "ghcr.io/oomguard/oomguard"
+	Source     = "https://github.com/oomguard/oomguard"
+)
 
 // Meta is what the image says about itself.
 type Meta struct {
@@ -52,7 +57,14 @@ func Publish(w io.Writer, bin, out, push string, m Meta, opts ...name.Option) (v
 	if err := os.RemoveAll(out); err != nil {
 		return v1.Hash{}, err
 	}
-	if _, err := layout.Write(out, idx); err != nil {
+	// The index is a blob, named by the release in index.json (ref.name):
+	// skopeo copy oci:DIR:RELEASE and oras copy --from-oci-layout DIR:RELEASE
+	// find one image there.
+	lp, err := layout.Write(out, empty.Index)
+	if err == nil {
+		err = lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": m.Version}))
+	}
+	if err != nil {
 		return v1.Hash{}, fmt.Errorf("write the OCI layout %s: %w", out, err)
 	}
 	d, err := idx.Digest()
@@ -93,43 +105,63 @@ func Build(bin string, m Meta) (v1.ImageIndex, map[string][2]int64, error) {
 			return nil, nil, err
 		}
 		sizes[a] = [2]int64{total, binBytes}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img,
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: plainImage{img},
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: a}}})
 	}
 	return mutate.Annotations(idx, annotations(m)).(v1.ImageIndex), sizes, nil
 }
 
+// plainImage is an image its index entry gives no artifactType (ggcr would
+// give its config's media type, which skopeo 1.9 cannot copy unchanged).
+type plainImage struct{ v1.Image }
+
+func (plainImage) ArtifactType() (string, error) { return "", nil }
+
 func annotations(m Meta) map[string]string {
 	return map[string]string{
-		"org.opencontainers.image.title":    "oomguard",
-		"org.opencontainers.image.source":   "https://" + Repository,
-		"org.opencontainers.image.version":  m.Version,
-		"org.opencontainers.image.revision": m.Commit,
-		"org.opencontainers.image.created":  m.Created.Format(time.RFC3339),
-		"org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.title":         "oomguard",
+		"org.opencontainers.image.description":   "oomguard-nri, oomguard-doctor, oomguard-hook and imagepatch: one runaway process takes down its pod, not the node",
+		"org.opencontainers.image.source":        Source,
+		"org.opencontainers.image.url":           Source,
+		"org.opencontainers.image.documentation": Source + "/tree/main/docs",
+		"org.opencontainers.image.vendor":        "oomguard maintainers",
+		"org.opencontainers.image.version":       m.Version,
+		"org.opencontainers.image.revision":      m.Commit,
+		"org.opencontainers.image.created":       m.Created.Format(time.RFC3339),
+		"org.opencontainers.image.licenses":      "Apache-2.0",
 	}
 }
 
 func platformImage(dir, arch string, m Meta) (v1.Image, int64, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	var binBytes int64
-	for _, d := range []string{"usr/", "usr/local/", "usr/local/bin/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: m.Created, Format: tar.FormatPAX}); err != nil {
+	add := func(name string, mode int64, b []byte) error {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(b)), ModTime: m.Created, Format: tar.FormatPAX}
+		if strings.HasSuffix(name, "/") {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		_, err := tw.Write(b)
+		return err
+	}
+	for _, d := range []string{"etc/", "etc/ssl/", "etc/ssl/certs/", "usr/", "usr/local/", "usr/local/bin/"} {
+		if err := add(d, 0o755, nil); err != nil {
 			return nil, 0, err
 		}
 	}
+	if err := add(RootsPath, 0o644, Roots()); err != nil {
+		return nil, 0, err
+	}
+	var binBytes int64
 	for _, p := range Programs {
 		b, err := os.ReadFile(filepath.Join(dir, p))
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w (make image builds it)", err)
 		}
 		binBytes += int64(len(b))
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: "usr/local/bin/" + p, Mode: 0o755, Size: int64(len(b)), ModTime: m.Created, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, 0, err
-		}
-		if _, err := tw.Write(b); err != nil {
+		if err := add("usr/local/bin/"+p, 0o755, b); err != nil {
 			return nil, 0, err
 		}
 	}

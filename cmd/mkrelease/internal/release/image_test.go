@@ -57,7 +57,7 @@ func TestBuildHoldsBothPlatforms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(im.Manifests) != len(Arches) || im.Annotations["org.opencontainers.image.revision"] != "abc" {
+	if len(im.Manifests) != len(Arches) || im.Annotations["org.opencontainers.image.revision"] != "abc" || im.Annotations["org.opencontainers.image.source"] != "https://github.com/oomguard/oomguard" || im.Annotations["org.opencontainers.image.description"] == "" {
 		t.Fatalf("index: %+v", im)
 	}
 	for i, d := range im.Manifests {

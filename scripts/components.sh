@@ -152,6 +152,11 @@ module distribution test/distribution go.mod \
 module cosign test/cosign go.mod \
 	cosign=github.com/sigstore/cosign/v3/cmd/cosign
 
+# kube-score, a checker platform teams run on charts (test/helm runs it on
+# every ci values file).
+module kubescore test/kubescore go.mod \
+	kube-score=github.com/zegl/kube-score/cmd/kube-score
+
 # CRI-O is not on the module proxy: from its release source, vendored: the
 # newest release as crio, and for the matrix 1.34.11 (their vendored
 # packages that are the same compile once).

@@ -453,7 +453,7 @@ func certManagerObjects(t *testing.T, kubectl func(string, ...string) string, he
 	}
 	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}", "--set", "imagepatchWebhook.tls.certManager=true",
-		"--show-only", "templates/imagepatch-webhook.yaml").Output()
+		"--api-versions", "cert-manager.io/v1/Issuer", "--api-versions", "cert-manager.io/v1/Certificate", "--show-only", "templates/imagepatch-webhook.yaml").Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

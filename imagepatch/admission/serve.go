@@ -38,19 +38,11 @@ type Server struct {
 	Log     *slog.Logger
 }
 
-// Serve serves until ctx ends. /healthz answers 503 until there is a
-// certificate to serve.
+// Serve serves until ctx ends, with the probes on both listeners.
 func (s *Server) Serve(ctx context.Context) error {
-	healthz := func(w http.ResponseWriter, _ *http.Request) {
-		if _, err := s.Certs.GetCertificate(nil); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", s.Handler)
-	mux.HandleFunc("/healthz", healthz)
+	s.probes(mux)
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.Certs.GetCertificate}
 	if s.Clients != nil {
 		tc.GetConfigForClient = s.Clients.config(tc)
@@ -66,7 +58,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.MetricsAddr != "" {
 		mm := http.NewServeMux()
 		mm.Handle("/metrics", promhttp.HandlerFor(s.Handler.m.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: metricsserver.WriteTimeout / 2}))
-		mm.HandleFunc("/healthz", healthz)
+		s.probes(mm)
 		metricsserver.Serve(ctx, s.MetricsAddr, mm, s.Log, s.Handler.m.serveErrors.Inc)
 	}
 	s.Log.Info("serving the admission webhook", "address", ln.Addr().String(), "metrics", s.MetricsAddr, "client certificates", s.Clients != nil)
@@ -78,6 +70,20 @@ func (s *Server) Serve(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// probes serves /healthz, 503 until there is a certificate to serve (the
+// readiness probe), and /livez, 200 while the process answers (the liveness
+// probe: a restart brings no certificate sooner).
+func (s *Server) probes(mux *http.ServeMux) {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if _, err := s.Certs.GetCertificate(nil); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 }
 
 // CertFiles is a key pair read again when either file changes

@@ -3,6 +3,9 @@ package admission
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -79,5 +82,36 @@ func TestClientAuth(t *testing.T) {
 	}
 	if err := c.verify(tls.ConnectionState{}); err == nil {
 		t.Error("accepted a connection without a verified certificate")
+	}
+}
+
+// certsOr serves a certificate once it has one.
+type certsOr struct{ cert *tls.Certificate }
+
+func (c *certsOr) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if c.cert == nil {
+		return nil, errors.New("no certificate yet")
+	}
+	return c.cert, nil
+}
+
+// The probes: /livez answers while the process does, /healthz only once
+// there is a certificate to serve, so that kubelet restarts a hung webhook
+// but only holds back one still waiting for its certificate.
+func TestProbes(t *testing.T) {
+	certs := &certsOr{}
+	mux := http.NewServeMux()
+	(&Server{Certs: certs}).probes(mux)
+	code := func(path string) int {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code
+	}
+	if l, h := code("/livez"), code("/healthz"); l != http.StatusOK || h != http.StatusServiceUnavailable {
+		t.Fatalf("without a certificate: /livez %d, /healthz %d; want 200, 503", l, h)
+	}
+	certs.cert = &tls.Certificate{}
+	if l, h := code("/livez"), code("/healthz"); l != http.StatusOK || h != http.StatusOK {
+		t.Fatalf("with a certificate: /livez %d, /healthz %d; want 200, 200", l, h)
 	}
 }

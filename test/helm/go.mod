@@ -7,6 +7,7 @@ require (
 	github.com/spdx/tools-golang v0.5.7
 	helm.sh/helm/v3 v3.19.0
 	k8s.io/api v0.34.0
+	k8s.io/pod-security-admission v0.34.0
 	sigs.k8s.io/kustomize/kustomize/v5 v5.7.1
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -81,6 +81,50 @@ type podMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule is the part of the Prometheus Operator's PrometheusRule
+// the chart writes; decoding refuses anything else.
+type prometheusRule struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+// certManagerObject is the part of cert-manager's Issuer and Certificate
+// the chart writes; decoding refuses anything else.
+type certManagerObject struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
+		SelfSigned *struct{}                    `json:"selfSigned"`
+		CA         *struct{ SecretName string } `json:"ca"`
+		IsCA       bool                         `json:"isCA"`
+		CommonName string                       `json:"commonName"`
+		SecretName string                       `json:"secretName"`
+		DNSNames   []string                     `json:"dnsNames"`
+		IssuerRef  struct{ Name string }        `json:"issuerRef"`
+	} `json:"spec"`
+}
+
+type objectMeta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
 // documents is each non-empty document helm rendered, as JSON.
 func documents(t *testing.T, rendered string) (out [][]byte) {
 	t.Helper()
@@ -151,6 +195,12 @@ func objects(t *testing.T, rendered string) map[string]any {
 			obj = &admissionregistrationv1beta1.MutatingAdmissionPolicyBinding{}
 		case "PodMonitor":
 			obj = &podMonitor{}
+		case "NetworkPolicy":
+			obj = &networkingv1.NetworkPolicy{}
+		case "PrometheusRule":
+			obj = &prometheusRule{}
+		case "Issuer", "Certificate":
+			obj = &certManagerObject{}
 		default:
 			t.Fatalf("unexpected kind %q:\n%s", head.Kind, j)
 		}
@@ -165,6 +215,9 @@ func objects(t *testing.T, rendered string) map[string]any {
 		}
 		if strings.HasSuffix(head.Metadata.Name, "-nri-own-node") {
 			key = "own-node " + head.Kind
+		}
+		if head.Kind == "PodMonitor" && strings.HasSuffix(head.Metadata.Name, "-imagepatch-webhook") {
+			key = "webhook PodMonitor"
 		}
 		out[key] = obj
 	}
@@ -236,7 +289,7 @@ tolerations: []
 resources:
   limits: {memory: 48Mi}
 `, digest)), 0o644)
-	o := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "monitoring", "-f", values))
+	o := objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "monitoring", "-f", values, "--api-versions", "monitoring.coreos.com/v1/PodMonitor"))
 	ds := o["DaemonSet"].(*appsv1.DaemonSet)
 	spec := ds.Spec.Template.Spec
 	if len(spec.Containers) != 1 || spec.Containers[0].Image != "registry.example/oomguard@"+digest {
@@ -459,7 +512,8 @@ func TestE2EChartOperable(t *testing.T) {
 			appVersion = v
 		}
 	}
-	webhook := []string{"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}", "--set", "podMonitor.enabled=true"}
+	webhook := []string{"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}", "--set", "podMonitor.enabled=true",
+		"--api-versions", "monitoring.coreos.com/v1/PodMonitor"}
 	names := map[string]string{}
 	for _, release := range []string{"oomguard", "gpu"} {
 		out := tool(t, "helm", append([]string{"template", release, chart, "--namespace", "kube-system"}, webhook...)...)
@@ -515,7 +569,7 @@ updateStrategy: {type: OnDelete}
 initResources: {limits: {memory: 40Mi}}
 podMonitor: {enabled: true, labels: {release: kube-prometheus-stack}}
 `), 0o644)
-	o = objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "-f", values))
+	o = objects(t, tool(t, "helm", "template", "oomguard", chart, "--namespace", "kube-system", "-f", values, "--api-versions", "monitoring.coreos.com/v1/PodMonitor"))
 	ds := o["DaemonSet"].(*appsv1.DaemonSet)
 	spec = ds.Spec.Template.Spec
 	if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "regcred" || ds.Spec.Template.Labels["team"] != "platform" ||
@@ -542,11 +596,16 @@ func TestE2EChartWebhookOnly(t *testing.T) {
 	o := objects(t, tool(t, "helm", "template", "patch", chart, "--namespace", "oomguard",
 		"--set", "nodeAgent.enabled=false", "--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={r.example/base/*}",
 		"--set", "podMonitor.enabled=true", "--set", "imagepatchWebhook.replicas=1", "--set", "imagepatchWebhook.hostNetwork=true",
-		"--set", "imagepatchWebhook.port=9443", "--set", "apiServer=https://10.0.0.1:6443"))
+		"--set", "imagepatchWebhook.port=9443", "--set", "apiServer=https://10.0.0.1:6443", "--api-versions", "monitoring.coreos.com/v1/PodMonitor"))
 	for _, kind := range []string{"DaemonSet", "ConfigMap", "hook Job", "PodMonitor", "PodDisruptionBudget"} {
 		if _, ok := o[kind]; ok {
 			t.Errorf("a %s in a release without the node agent and one replica", kind)
 		}
+	}
+	// Its PodMonitor scrapes the port the container names, on the node's network too.
+	if pm, ok := o["webhook PodMonitor"].(*podMonitor); !ok || pm.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != "imagepatch-webhook" ||
+		len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0].Port != "metrics" || pm.Spec.PodMetricsEndpoints[0].Interval != "30s" {
+		t.Errorf("the webhook's PodMonitor: %+v", o["webhook PodMonitor"])
 	}
 	d, ok := o["Deployment"].(*appsv1.Deployment)
 	if !ok {
@@ -576,54 +635,6 @@ func TestE2EChartWebhookOnly(t *testing.T) {
 	}
 	if pdb, ok := o["PodDisruptionBudget"].(*policyv1.PodDisruptionBudget); !ok || pdb.Spec.MinAvailable.IntValue() != 1 {
 		t.Fatalf("two replicas keep one through a drain: %+v", o["PodDisruptionBudget"])
-	}
-}
-
-// The chart README's table of values (what `helm show readme` prints) names
-// every value values.yaml has, down to the leaves the schema closes
-// (free-form maps, such as selectors, and a container's resources are one
-// value).
-func TestE2EChartValuesDocumented(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(chart, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values map[string]any
-	raw, _ := os.ReadFile(filepath.Join(chart, "values.yaml"))
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatal(err)
-	}
-	var schema map[string]any
-	sb, _ := os.ReadFile(filepath.Join(chart, "values.schema.json"))
-	if err := json.Unmarshal(sb, &schema); err != nil {
-		t.Fatal(err)
-	}
-	var leaves []string
-	var walk func(path string, v any, s map[string]any)
-	walk = func(path string, v any, s map[string]any) {
-		m, isMap := v.(map[string]any)
-		props, closed := s["properties"].(map[string]any)
-		desc, _ := s["description"].(string)
-		if !isMap || !closed || s["additionalProperties"] != false || strings.HasPrefix(desc, "A container's resources") {
-			leaves = append(leaves, path)
-			return
-		}
-		for k, x := range m {
-			ps, _ := props[k].(map[string]any)
-			walk(strings.TrimPrefix(path+"."+k, "."), x, ps)
-		}
-	}
-	walk("", values, schema)
-	for _, l := range leaves {
-		if l == "global" {
-			continue
-		}
-		if !bytes.Contains(readme, []byte("| `"+l+"`")) && !bytes.Contains(readme, []byte(", `"+l+"`")) {
-			t.Errorf("%s: the table of values lacks %s", filepath.Join(chart, "README.md"), l)
-		}
-	}
-	if len(leaves) < 40 {
-		t.Fatalf("only %d values found: %v", len(leaves), leaves)
 	}
 }
 
@@ -680,7 +691,13 @@ func TestE2EChartWebhookGuarded(t *testing.T) {
 		password = password || e.Name == "COSIGN_PASSWORD" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
 			e.ValueFrom.SecretKeyRef.Name == "cosign-key" && e.ValueFrom.SecretKeyRef.Key == "cosign.password"
 	}
-	if !strings.Contains(a, "--sign-key=/etc/oomguard/signing/cosign.key") || !strings.Contains(a, "--ca-file=/etc/oomguard/registry-ca/ca.crt") ||
+	if a, _ := args(render("imagepatch-webhook.yaml", "imagepatchWebhook.signingKeySecret=cosign-key", "imagepatchWebhook.signatureFormat=bundle")); !strings.Contains(a, "--signature-format=bundle") {
+		t.Errorf("signatureFormat bundle: args %s", a)
+	}
+	if _, errb, err := run(t, "helm", append(append([]string{}, base...), "--set", "imagepatchWebhook.signatureFormat=cosign")...); err == nil || !strings.Contains(errb, "signatureFormat") {
+		t.Errorf("an unknown signature format rendered: %v %s", err, errb)
+	}
+	if !strings.Contains(a, "--sign-key=/etc/oomguard/signing/cosign.key") || !strings.Contains(a, "--signature-format=sig") || !strings.Contains(a, "--ca-file=/etc/oomguard/registry-ca/ca.crt") ||
 		mounts["signing"] != "/etc/oomguard/signing" || vols["signing"] != "cosign-key" ||
 		mounts["registry-ca"] != "/etc/oomguard/registry-ca" || vols["registry-ca"] != "registry-ca" || !password {
 		t.Errorf("a signing key and a registry CA: args %s, mounts %v, volumes %v, password from the Secret %v", a, mounts, vols, password)
@@ -828,7 +845,8 @@ func TestE2EChartEveryObjectLabelled(t *testing.T) {
 		{"imagepatchWebhook.enabled=true", "imagepatchWebhook.images={r.example/a/*}", "mode=hook"},
 	} {
 		args := []string{"template", "gpu", chart, "--namespace", "ops", "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-			"--api-versions", "monitoring.coreos.com/v1/PodMonitor", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule"}
+			"--api-versions", "monitoring.coreos.com/v1/PodMonitor", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule",
+			"--api-versions", "cert-manager.io/v1/Issuer", "--api-versions", "cert-manager.io/v1/Certificate"}
 		for _, s := range set {
 			args = append(args, "--set", s)
 		}

@@ -24,8 +24,13 @@ type built struct {
 	upgraded bool
 	note     string
 	// The result, as render made it for baseTag.
-	baseTag   name.Tag
-	img       v1.Image
+	baseTag name.Tag
+	img     v1.Image
+	// The image's patch layer, as patchImage appended it; nil without
+	// files. The push takes it from here: b.img.Layers() would find each
+	// layer by marshalling the whole config again (mutate's image), a
+	// cost that grows with the square of the layer count.
+	layer     v1.Layer
 	idx       v1.ImageIndex
 	digest    v1.Hash
 	dropped   []string
@@ -53,7 +58,7 @@ func (p *Patcher) render(b *built, baseTag name.Tag) error {
 		if cfg, err = b.from.ConfigFile(); err != nil {
 			return err
 		}
-		if b.img, b.noCommand, err = p.patchImage(b.from, cfg.Architecture, b.base, b.baseTag, ""); err != nil {
+		if b.img, b.layer, b.noCommand, err = p.patchImage(b.from, cfg.Architecture, b.base, b.baseTag, ""); err != nil {
 			return err
 		}
 		b.digest, err = b.img.Digest()
@@ -106,11 +111,12 @@ func (p *Patcher) recordLabels(base string, baseTag name.Tag) map[string]string 
 // patchImage appends the patch layer and edits the config; the result's
 // digest depends only on the base and the spec. baseIndex is the index
 // the image is an entry of (repo@digest), "" for an image alone. It also
-// says whether the image has neither entrypoint nor cmd.
-func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.Tag, baseIndex string) (v1.Image, bool, error) {
+// gives the layer it appended (nil: the spec has no files) and says
+// whether the image has neither entrypoint nor cmd.
+func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.Tag, baseIndex string) (v1.Image, v1.Layer, bool, error) {
 	mt, err := base.MediaType()
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	lmt := types.OCILayer
 	if mt == types.DockerManifestSchema2 {
@@ -118,24 +124,26 @@ func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.T
 	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, false, fmt.Errorf("read config: %w", err)
+		return nil, nil, false, fmt.Errorf("read config: %w", err)
 	}
 	layer, err := p.layer(arch, lmt)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	img := base
-	if len(p.spec.Files) > 0 {
+	if len(p.spec.Files) == 0 {
+		layer = nil
+	} else {
 		img, err = mutate.Append(base, mutate.Addendum{Layer: layer, MediaType: lmt, History: v1.History{
 			Created: cfg.Created, CreatedBy: "imagepatch " + p.spec.Name + " " + p.spec.Version, Comment: "oomguard imagepatch",
 		}})
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 	}
 	nc, err := img.ConfigFile()
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	nc = nc.DeepCopy()
 	if len(p.spec.Files) > 0 {
@@ -143,7 +151,7 @@ func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.T
 		// get theirs, before the patch layer's.
 		bm, err := base.Manifest()
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		nc.History = append(padHistory(nc.History[:len(nc.History)-1], len(bm.Layers), cfg.Created), nc.History[len(nc.History)-1])
 	}
@@ -157,12 +165,12 @@ func (p *Patcher) patchImage(base v1.Image, arch, baseRef string, baseTag name.T
 		nc.Config.Labels[LabelBaseIndex] = digest
 	}
 	if img, err = mutate.ConfigFile(img, nc); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	if mt == types.OCIManifestSchema1 {
 		img = mutate.Annotations(img, lineage(baseRef, baseTag)).(v1.Image)
 	}
-	return img, noCommand, nil
+	return img, layer, noCommand, nil
 }
 
 // lineage is the OCI annotations naming what a result was made from: by

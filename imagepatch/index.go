@@ -6,13 +6,16 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"strings"
 	"sync"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -61,8 +64,8 @@ func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) er
 		if err != nil {
 			return fmt.Errorf("read %s entry: %w", plat, err)
 		}
-		base := b.baseTag.Context().Digest(d.Digest.String()).String()
-		img, none, err := p.patchImage(child, d.Platform.Architecture, base, b.baseTag, b.base)
+		src := b.baseTag.Context().Digest(d.Digest.String())
+		img, layer, none, err := p.patchImage(child, d.Platform.Architecture, src.String(), b.baseTag, b.base)
 		if err != nil {
 			return fmt.Errorf("patch %s entry: %w", plat, err)
 		}
@@ -71,7 +74,7 @@ func (p *Patcher) patchIndex(b *built, idx v1.ImageIndex, mt types.MediaType) er
 		if err != nil {
 			return fmt.Errorf("patch %s entry: %w", plat, err)
 		}
-		out.Manifests, children[nd.Digest] = append(out.Manifests, nd), img
+		out.Manifests, children[nd.Digest] = append(out.Manifests, nd), &listed{Image: img, patch: layer, source: src}
 	}
 	if len(out.Manifests) == len(b.kept) {
 		b.unpatched = platforms
@@ -170,6 +173,72 @@ func (b *builtIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
 		return idx, nil
 	}
 	return nil, fmt.Errorf("no index %s in the index", h)
+}
+
+// listed is a patched image whose layers are listed from its manifest, for
+// remote.WriteIndex: mutate's image finds each layer by marshalling its
+// whole config again, and a remote layer its media type and size by
+// parsing its image's manifest again, costs that grow with the square of
+// the layer count (10,000 layers: minutes). Its base layers are the
+// source's, in the repository it is pushed to: a writer looks for them,
+// and reads one only where the registry lacks it.
+type listed struct {
+	v1.Image
+	patch  v1.Layer    // the patch layer, the manifest's last; nil without files
+	source name.Digest // the image patched, whose repository holds the base layers
+}
+
+func (l *listed) Layers() ([]v1.Layer, error) {
+	m, err := l.Image.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	ls := make([]v1.Layer, len(m.Layers))
+	for i, d := range m.Layers {
+		if l.patch != nil && i == len(m.Layers)-1 {
+			ls[i] = l.patch
+			continue
+		}
+		// Mountable from the source, as the source's own layers are.
+		ls[i] = &remote.MountableLayer{Layer: &describedLayer{desc: d, img: l.Image}, Reference: l.source}
+	}
+	return ls, nil
+}
+
+// describedLayer is a layer as a manifest describes it; its content is
+// read through the image only when asked for.
+type describedLayer struct {
+	desc v1.Descriptor
+	img  v1.Image
+}
+
+func (l *describedLayer) Digest() (v1.Hash, error)            { return l.desc.Digest, nil }
+func (l *describedLayer) Size() (int64, error)                { return l.desc.Size, nil }
+func (l *describedLayer) MediaType() (types.MediaType, error) { return l.desc.MediaType, nil }
+func (l *describedLayer) Descriptor() (*v1.Descriptor, error) { d := l.desc; return &d, nil }
+
+func (l *describedLayer) DiffID() (v1.Hash, error) {
+	c, err := l.img.LayerByDigest(l.desc.Digest)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return c.DiffID()
+}
+
+func (l *describedLayer) Compressed() (io.ReadCloser, error) {
+	c, err := l.img.LayerByDigest(l.desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return c.Compressed()
+}
+
+func (l *describedLayer) Uncompressed() (io.ReadCloser, error) {
+	c, err := l.img.LayerByDigest(l.desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return c.Uncompressed()
 }
 
 // readOnce is an index whose images are fetched once: a remote index

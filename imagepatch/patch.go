@@ -94,9 +94,10 @@ func WithRemoteOptions(o ...remote.Option) Option {
 // WithRegistry sends every registry call through rt, with credentials from
 // keys (nil: anonymous): remote.WithTransport and remote.WithAuthFromKeychain
 // for go-containerregistry's calls, and the same for the patcher's own,
-// which upload a config in two requests (POST, then PUT with the body)
-// instead of go-containerregistry's four (HEAD, POST, PATCH, PUT). Without
-// it, set the transport with WithRemoteOptions and configs go up in four.
+// which upload a config in one request (a single POST, where the registry
+// takes it) or two (POST, then PUT with the body) instead of
+// go-containerregistry's four (HEAD, POST, PATCH, PUT). Without it, set
+// the transport with WithRemoteOptions and configs go up in four.
 func WithRegistry(rt http.RoundTripper, keys authn.Keychain) Option {
 	return func(p *Patcher) error {
 		if rt == nil {

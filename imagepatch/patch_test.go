@@ -696,8 +696,9 @@ func (c *counter) kinds() map[string]int {
 
 // Many tags of one repository, 8 at once: a tag costs its manifest and
 // config read, the destination looked at just before and just after the
-// push, the config uploaded in two requests and the manifest put; the
-// pings and the patch layer are the run's (issue 33: 10 a tag before).
+// push, the config uploaded in one request (a single POST, which this
+// registry takes) and the manifest put; the pings and the patch layer are
+// the run's (issue 33: 10 a tag before; issue 44: 7, the config in two).
 func TestRequestsPerTag(t *testing.T) {
 	r := newRegistry(t)
 	base := image(t, "amd64", types.OCIManifestSchema1, []string{"/entrypoint"}, nil)
@@ -727,9 +728,9 @@ func TestRequestsPerTag(t *testing.T) {
 	delete(got, "ping")
 	want := map[string]int{
 		"manifest GET": n, "blob GET": n, // the source
-		"manifest HEAD": 2 * n,                                         // its destination, just before and just after the push
-		"upload POST":   n + 1, "upload PUT": n + 1, "manifest PUT": n, // its config and manifest; the patch layer once
-		"blob HEAD": 1, "upload PATCH": 1, // the patch layer, looked for and uploaded once
+		"manifest HEAD": 2 * n,                    // its destination, just before and just after the push
+		"upload POST":   n + 1, "manifest PUT": n, // its config and manifest; the patch layer once
+		"blob HEAD": 1, "upload PATCH": 1, "upload PUT": 1, // the patch layer, looked for and uploaded once
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("requests by kind %v, want %v", got, want)
@@ -794,12 +795,31 @@ func TestOwnUploadGivesWay(t *testing.T) {
 	var armed atomic.Bool // after the seeding
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
 	defer other.Close()
+	// The patcher's own: a single POST, or a PUT with the body; not
+	// go-containerregistry's (a POST with no digest, a PUT with none).
+	own := func(r *http.Request) bool {
+		return armed.Load() && strings.Contains(r.URL.Path, "/blobs/uploads/") && r.ContentLength > 0 && r.ContentLength < 64<<10 &&
+			(r.Method == http.MethodPut || r.Method == http.MethodPost && r.URL.Query().Has("digest"))
+	}
 	for _, tc := range []struct {
 		name   string
 		answer func(w http.ResponseWriter, r *http.Request) bool
 	}{
+		{"the single POST fails", func(w http.ResponseWriter, r *http.Request) bool {
+			if own(r) && r.Method == http.MethodPost {
+				http.Error(w, `{"errors":[{"code":"UNKNOWN"}]}`, http.StatusInternalServerError)
+				return true
+			}
+			return false
+		}},
+		// A registry that takes no single POST starts an upload instead.
 		{"the PUT fails", func(w http.ResponseWriter, r *http.Request) bool {
-			if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/blobs/uploads/") && armed.Load() && r.ContentLength > 0 && r.ContentLength < 64<<10 {
+			switch {
+			case own(r) && r.Method == http.MethodPost:
+				w.Header().Set("Location", r.URL.Path+"started")
+				w.WriteHeader(http.StatusAccepted)
+				return true
+			case own(r):
 				http.Error(w, `{"errors":[{"code":"UNKNOWN"}]}`, http.StatusInternalServerError)
 				return true
 			}
@@ -833,6 +853,47 @@ func TestOwnUploadGivesWay(t *testing.T) {
 				t.Fatalf("%d PATCH uploads, want 2: the config's went up some other way", n)
 			}
 		})
+	}
+}
+
+// A registry that takes no single POST (distribution's) answers one as an
+// upload started, its body unread: the config goes again with the PUT,
+// and the session's later uploads start with an empty POST.
+func TestSinglePostNotTaken(t *testing.T) {
+	r := registryBehind(t, func(w http.ResponseWriter, req *http.Request, next http.Handler) {
+		if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/blobs/uploads/") && req.URL.Query().Has("digest") {
+			req = req.Clone(req.Context())
+			q := req.URL.Query()
+			q.Del("digest")
+			req.URL.RawQuery, req.Body, req.ContentLength = q.Encode(), http.NoBody, 0
+		}
+		next.ServeHTTP(w, req)
+	})
+	const n = 4
+	var srcs []name.Tag
+	for i := range n {
+		r.push(t, fmt.Sprintf("ml/base:v%d", i), image(t, "amd64", types.OCIManifestSchema1, nil, []string{"/sbin/init"}))
+		srcs = append(srcs, r.tag(t, fmt.Sprintf("ml/base:v%d", i)))
+	}
+	r.c.reset()
+	for _, res := range patcher(t, r, ShimSpec(), WithJobs(1)).Run(context.Background(), srcs, true, nil) {
+		if res.Action != ActionPush {
+			t.Fatalf("%+v", res)
+		}
+		img, err := remote.Image(r.tag(t, strings.TrimPrefix(res.Destination, r.host+"/")), r.opts()...)
+		if err == nil {
+			_, err = img.ConfigFile()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", res.Destination, err)
+		}
+	}
+	if got := r.c.count("POST", "digest="); got != 1 {
+		t.Errorf("%d single POSTs, want 1: the first, which was not taken", got)
+	}
+	// Each config's, and the patch layer's (go-containerregistry's writer).
+	if got := r.c.count("PUT", "/blobs/uploads/"); got != n+1 {
+		t.Errorf("%d upload PUTs, want %d", got, n+1)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -86,14 +87,10 @@ func (p *Patcher) write(ctx context.Context, sess *session, dst name.Tag, b *bui
 		}
 		return nil
 	}
-	ls, err := b.img.Layers()
-	if err != nil {
-		return err
-	}
 	// The patch layer is the same for every tag: the session's pusher
 	// looks for it, and uploads it, once per repository.
-	if len(p.spec.Files) > 0 {
-		if err := sess.pusher.Upload(ctx, dst.Context(), ls[len(ls)-1]); err != nil {
+	if b.layer != nil {
+		if err := sess.pusher.Upload(ctx, dst.Context(), b.layer); err != nil {
 			return fmt.Errorf("upload the patch layer to %s: %w", dst.Context(), err)
 		}
 	}
@@ -156,16 +153,17 @@ func blobUnread(err error) bool {
 
 // uploadConfig writes a config blob to repo. A config is new with each
 // result (it records the base), so it is not looked for first: it goes
-// up in two requests, a POST and a PUT with the body, where
-// go-containerregistry's writer makes four (HEAD, POST, PATCH, PUT);
-// uploading one that is there already writes the same bytes again. If
-// that fails for any reason, or the patcher has no transport of its own
-// (WithRegistry), go-containerregistry's writer does it, with its retries.
+// up in one request where the registry takes a single POST, else in two
+// (a POST, and a PUT with the body), where go-containerregistry's writer
+// makes four (HEAD, POST, PATCH, PUT); uploading one that is there
+// already writes the same bytes again. If that fails for any reason, or
+// the patcher has no transport of its own (WithRegistry),
+// go-containerregistry's writer does it, with its retries.
 func (p *Patcher) uploadConfig(ctx context.Context, sess *session, repo name.Repository, cl v1.Layer) error {
 	if p.rt != nil {
-		c, err := p.blobClient(ctx, sess, repo)
+		bc, err := p.blobClient(ctx, sess, repo)
 		if err == nil {
-			err = putBlob(ctx, c, repo, cl)
+			err = bc.put(ctx, repo, cl)
 		}
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -180,9 +178,11 @@ type blobClient struct {
 	once   sync.Once
 	client *http.Client
 	err    error
+	// The registry took no single POST: uploads go up in two requests.
+	twoSteps atomic.Bool
 }
 
-func (p *Patcher) blobClient(ctx context.Context, sess *session, repo name.Repository) (*http.Client, error) {
+func (p *Patcher) blobClient(ctx context.Context, sess *session, repo name.Repository) (*blobClient, error) {
 	v, _ := sess.blobs.LoadOrStore(repo.String(), &blobClient{})
 	bc := v.(*blobClient)
 	bc.once.Do(func() {
@@ -201,7 +201,7 @@ func (p *Patcher) blobClient(ctx context.Context, sess *session, repo name.Repos
 	if bc.err != nil {
 		sess.blobs.CompareAndDelete(repo.String(), bc) // the next caller tries again
 	}
-	return bc.client, bc.err
+	return bc, bc.err
 }
 
 // sameHost refuses a redirect to another host: the fallback, whose
@@ -216,9 +216,22 @@ func sameHost(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// putBlob uploads l to repo monolithically: POST to start an upload, PUT
-// of the whole body with its digest to finish it.
-func putBlob(ctx context.Context, c *http.Client, repo name.Repository, l v1.Layer) error {
+// singlePostMax bounds the blobs offered in a single POST: a registry
+// that takes none answers without reading the body, and a Go server
+// (distribution's) reads at most 256 KiB of a body left unread before
+// it closes the connection.
+const singlePostMax = 256 << 10
+
+// put uploads l to repo monolithically: a single POST with its digest and
+// the body (the distribution spec's single POST, which registries MAY
+// take: go-containerregistry's does), or a POST to start an upload and a
+// PUT of the body with its digest to finish it. A registry that takes no
+// single POST answers it, as the spec asks, as a POST that starts an
+// upload (distribution's: 202 and a Location, the body left unread): the
+// body goes again with the PUT, and from then on the session starts each
+// upload with an empty POST.
+func (bc *blobClient) put(ctx context.Context, repo name.Repository, l v1.Layer) error {
+	c := bc.client
 	h, err := l.Digest()
 	if err != nil {
 		return err
@@ -233,13 +246,31 @@ func putBlob(ctx context.Context, c *http.Client, repo name.Repository, l v1.Lay
 		return err
 	}
 	start := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: fmt.Sprintf("/v2/%s/blobs/uploads/", repo.RepositoryStr())}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, start.String(), nil)
+	single := !bc.twoSteps.Load() && len(body) <= singlePostMax
+	var offer io.Reader
+	if single {
+		start.RawQuery = url.Values{"digest": {h.String()}}.Encode()
+		offer = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, start.String(), offer)
 	if err != nil {
 		return err
+	}
+	if single {
+		req.Header.Set("Content-Type", "application/octet-stream")
 	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
+	}
+	if single && resp.StatusCode == http.StatusCreated {
+		return done(resp, http.StatusCreated)
+	}
+	if single {
+		// Not taken: a 202 is an upload started instead, which the PUT
+		// finishes; any other answer fails this upload (the fallback
+		// makes it). Either way the next starts with an empty POST.
+		bc.twoSteps.Store(true)
 	}
 	if err := done(resp, http.StatusAccepted); err != nil {
 		return err

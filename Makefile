@@ -34,7 +34,7 @@ HOST_E2E_PKGS = $(shell $(GO) list -f '{{if .IgnoredGoFiles}}{{.ImportPath}}{{en
 HOST_E2E_TIMEOUT := 20m
 VM_E2E_TIMEOUT := 50m
 
-.PHONY: all build shims test-bins components images test fuzz e2e e2e-host e2e-matrix e2e-vm bench bench-smoke demo lint deps clean image image-bin release
+.PHONY: all build shims test-bins components images test fuzz e2e e2e-host e2e-matrix e2e-vm bench bench-smoke bench-kit bench-kit-smoke demo lint deps clean image image-bin release
 
 all: build
 
@@ -141,3 +141,25 @@ clean:
 # Every benchmark section once, small, no goal judged: CI's check that they still run.
 bench-smoke:
 	$(GO) run ./bench --smoke
+
+# The bench kit: the bench and every program it runs, prebuilt, and the
+# files it reads, in build/bench-kit-ARCH.tar.gz, to run on a node without
+# Go or a network (bench/README.md). KIT_ARCH is this machine's architecture,
+# or others (KIT_ARCH="amd64 arm64"): their programs and components built
+# for them. KIT_SECTIONS=hook,nri,… makes a smaller kit, of those alone.
+HOST_ARCH = $(shell $(GO) env GOARCH)
+KIT_ARCH ?= $(HOST_ARCH)
+KIT_SECTIONS ?=
+bench-kit: build image test-bins
+	@set -e; for a in $(KIT_ARCH); do \
+		VERSION="$(VERSION)" STAMP="$(STAMP)" KIT_SECTIONS="$(KIT_SECTIONS)" ./scripts/benchkit.sh $$a; \
+	done
+
+# The kit for this machine, unpacked in a temporary directory and run once,
+# small (-smoke): CI's check that the benchmarks still run, from the kit.
+# After make build image test-bins, whose outputs it takes as they are.
+bench-kit-smoke:
+	@VERSION="$(VERSION)" STAMP="$(STAMP)" KIT_SECTIONS= ./scripts/benchkit.sh $(HOST_ARCH)
+	@set -e; d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+		tar -xzf $(BUILD)/bench-kit-$(HOST_ARCH).tar.gz -C "$$d"; \
+		"$$d/oomguard-bench-kit-$(HOST_ARCH)/run-bench" -smoke

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/oomguard/oomguard/test/nodefixture"
-	"github.com/oomguard/oomguard/test/testbin"
 )
 
 func init() { sections = append(sections, section{"doctor", benchDoctor}) }
@@ -34,7 +33,7 @@ func benchDoctor(int) (bool, error) {
 		if err := nodefixture.Write(root, procs, files); err != nil {
 			return false, err
 		}
-		floor, err := testbin.Build(dir, "doctorfloor", "./bench/doctorfloor")
+		floor, err := program(dir, "doctorfloor")
 		if err != nil {
 			return false, err
 		}
@@ -126,12 +125,15 @@ func peakRSS(c *exec.Cmd) (int64, error) {
 	return kb << 10, err
 }
 
-// ominfoScript is the investigation's script, kept verbatim in testdata.
+// ominfoScript is the investigation's script, kept verbatim in testdata,
+// or an error where it cannot run (a node without python3).
 func ominfoScript() (string, error) {
 	p, err := filepath.Abs("bench/testdata/oom_info.py")
 	if err != nil {
 		return "", err
 	}
-	_, err = os.Stat(p)
+	if _, err = os.Stat(p); err == nil {
+		_, err = exec.LookPath("python3")
+	}
 	return p, err
 }

@@ -71,11 +71,11 @@ func benchHook(n int) (bool, error) {
 				return c
 			}
 		}
-		floor, err := floorBinary(dir)
+		floor, err := program(dir, "floor")
 		if err != nil {
 			return false, err
 		}
-		hookFloor, err := testbin.Build(dir, "hookfloor", "./bench/hookfloor")
+		hookFloor, err := program(dir, "hookfloor")
 		if err != nil {
 			return false, err
 		}

@@ -35,7 +35,7 @@ func benchInit(n int) (bool, error) {
 		return false, err
 	}
 	return withDir("oomguard-bench", func(dir string) (bool, error) {
-		floor, err := floorBinary(dir)
+		floor, err := program(dir, "floor")
 		if err != nil {
 			return false, err
 		}
@@ -49,7 +49,7 @@ func benchInit(n int) (bool, error) {
 		cmd := func(path string, args ...string) func() *exec.Cmd {
 			return func() *exec.Cmd { return exec.Command(path, args...) }
 		}
-		execFloor, err := buildGo(dir, "execfloor", execFloorSource)
+		execFloor, err := program(dir, "execfloor")
 		if err != nil {
 			return false, err
 		}

@@ -1,6 +1,7 @@
 // Command bench measures oomguard's programs against a baseline run the same
 // way in the same run, and prints one table per program with the goal and
-// whether it was met. Run it with `make bench` (binaries in bin/).
+// whether it was met. Run it with `make bench` (binaries in bin/), or on a
+// node without Go from the bench kit (make bench-kit; bench/README.md).
 package main
 
 import (
@@ -32,10 +33,41 @@ var sections []section
 var smoke bool
 
 func main() {
-	only := flag.String("only", "", "run only these sections (comma-separated)")
+	var names []string
+	for _, s := range sections {
+		names = append(names, s.name)
+	}
+	only := flag.String("only", "", "run only these sections (comma-separated): "+strings.Join(names, ","))
 	n := flag.Int("n", 400, "invocations per command")
 	flag.BoolVar(&smoke, "smoke", false, "run every section once, small, and judge no goal")
+	prebuild := flag.String("prebuild", "", "build the programs the sections build as they run into `DIR` (for GOARCH) and exit: the bench kit's")
 	flag.Parse()
+	if *prebuild != "" {
+		os.Unsetenv(testbin.PrebuiltEnv) // build them, whatever the environment says
+		dir, err := filepath.Abs(*prebuild)
+		if err == nil {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		for _, p := range programs {
+			if err == nil {
+				_, err = program(dir, p.name)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	for _, name := range strings.Split(*only, ",") {
+		if *only != "" && !slices.Contains(names, name) {
+			fmt.Fprintf(os.Stderr, "bench: no section %q; the sections: %s\n", name, strings.Join(names, ","))
+			os.Exit(2)
+		}
+	}
+	if kit := os.Getenv(kitEnv); kit != "" {
+		fmt.Printf("the bench kit %s\n", kit)
+	}
 	if smoke {
 		*n = 3
 		doctorProcs, doctorCtrs, doctorRuns = 500, 10, 1
@@ -128,17 +160,36 @@ func installed(dir, p string) (string, error) {
 // floorSource is the smallest Go program: what any Go binary costs.
 const floorSource = "package main\n\nfunc main() { println() }\n"
 
-// floorBinary builds a println-only Go program as make build builds
-// oomguard's: the least any Go program costs on this machine.
-func floorBinary(dir string) (string, error) { return buildGo(dir, "floor", floorSource) }
+// programs are the programs the sections build as they run, their floors
+// and baselines, by name: a package of the repository, or a Go source of
+// the bench's own. The bench kit carries them prebuilt (-prebuild), and
+// testbin.Build returns those there (testbin.PrebuiltEnv): a section builds
+// what it runs through program, never testbin.Build itself.
+var programs = []benchProgram{
+	{name: "floor", source: floorSource},              // hook, init: the least any Go program costs
+	{name: "execfloor", source: execFloorSource},      // init: the least any Go shim adds
+	{name: "hookfloor", pkg: "./bench/hookfloor"},     // hook: the least any Go hook does
+	{name: "doctorfloor", pkg: "./bench/doctorfloor"}, // doctor: only the reads
+	{name: "noop", pkg: "./bench/noopplugin"},         // nri: NRI's round trip alone
+}
 
-// buildGo builds one Go source file as make build builds oomguard's binaries.
-func buildGo(dir, name, source string) (string, error) {
-	src := filepath.Join(dir, name+".go")
-	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
-		return "", err
+type benchProgram struct{ name, pkg, source string }
+
+// program builds the bench's program name into dir as make build builds
+// oomguard's binaries, and returns its path.
+func program(dir, name string) (string, error) {
+	i := slices.IndexFunc(programs, func(p benchProgram) bool { return p.name == name })
+	if i < 0 {
+		return "", fmt.Errorf("the bench has no program %q", name)
 	}
-	return testbin.Build(dir, name, src)
+	pkg := programs[i].pkg
+	if pkg == "" {
+		pkg = filepath.Join(dir, name+".go")
+		if err := os.WriteFile(pkg, []byte(programs[i].source), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return testbin.Build(dir, name, pkg)
 }
 
 func quantile(d []time.Duration, q float64) time.Duration {
@@ -178,11 +229,25 @@ func withDir(pattern string, f func(dir string) (bool, error)) (bool, error) {
 	return f(dir)
 }
 
-// withRegistry runs f with a new directory and Debian's registry storing
-// below it, both gone after.
+// kitEnv is set, to the kit's name, by the bench kit's run-bench: the bench
+// runs from an unpacked kit (make bench-kit), without the sources, Go or a
+// network, and a section the kit cannot carry says so instead of running.
+const kitEnv = "OOMGUARD_BENCH_KIT"
+
+// registryEnv names the registry binary the sections run instead of
+// Debian's: the bench kit's run-bench sets it to the kit's distribution v3
+// where a node has no /usr/bin/docker-registry.
+const registryEnv = "OOMGUARD_BENCH_REGISTRY"
+
+// withRegistry runs f with a new directory and Debian's registry (or the
+// one registryEnv names) storing below it, both gone after.
 func withRegistry(name string, f func(dir string, reg *registrytest.Registry) (bool, error)) (bool, error) {
 	return withDir("oomguard-bench-"+name, func(dir string) (bool, error) {
-		reg, err := registrytest.Start(dir)
+		bin := os.Getenv(registryEnv)
+		if bin != "" && bin != registrytest.Binary {
+			fmt.Printf("(%s: the registry is %s, not Debian's docker-registry; its figures are not comparable with Debian's)\n", name, bin)
+		}
+		reg, err := registrytest.StartWith(dir, registrytest.Options{Binary: bin})
 		if err != nil {
 			return false, err
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/test/flood"
 	"github.com/oomguard/oomguard/test/nriruntime"
-	"github.com/oomguard/oomguard/test/testbin"
 )
 
 func init() { sections = append(sections, section{"nri", benchNRI}) }
@@ -41,7 +40,7 @@ func benchNRI(int) (bool, error) {
 	nriruntime.SetLog(io.Discard)
 	cfg, _ := filepath.Abs("deploy/config.toml")
 	return withDir("oomguard-bench-nri", func(dir string) (bool, error) {
-		noop, err := testbin.Build(dir, "noop", "./bench/noopplugin")
+		noop, err := program(dir, "noop")
 		if err != nil {
 			return false, err
 		}

@@ -8,8 +8,11 @@
 # A component is rebuilt only when its pins changed; each says how long it
 # took.
 #
-# SET is all (the default), host (those make e2e-host runs too) or vm
-# (those only the VM tier runs: CI builds them while the host tier runs).
+# SET is all (the default), host (those make e2e-host runs too), vm
+# (those only the VM tier runs: CI builds them while the host tier runs), or
+# components by name, comma-separated (the bench kit's: distribution,
+# kubernetes,helm). GOARCH passes through, for the bench kit of another
+# architecture, into a DIR of its own.
 #
 # The VM tier runs the newest and the oldest releases (CI); with
 # OOMGUARD_E2E_MATRIX=1 (make e2e-matrix) the releases between them too:
@@ -20,8 +23,8 @@ dest=$(realpath -m "${1:-build/components}")
 only=${2:-all}
 case $only in
 all | host | vm) ;;
-*)
-	echo "usage: components.sh DIR [all|host|vm]" >&2
+"" | *[!a-z0-9.,-]*)
+	echo "usage: components.sh DIR [all|host|vm|NAME,...]" >&2
 	exit 2
 	;;
 esac
@@ -34,9 +37,10 @@ mkdir -p "$dest"
 vm_only=" containerd-1.7.25 containerd-2.1.4 kubelet-1.34 nvidia crio-1.34.11 "
 wanted() {
 	case $only in
+	all) true ;;
 	host) [[ $vm_only != *" $1 "* ]] ;;
 	vm) [[ $vm_only == *" $1 "* ]] ;;
-	*) true ;;
+	*) [[ ",$only," == *",$1,"* ]] ;;
 	esac
 }
 
@@ -46,7 +50,7 @@ fresh() {
 	local name=$1 stamp
 	shift
 	wanted "$name" || return 0
-	stamp=$(cat "$@" | sha256sum | cut -d' ' -f1)
+	stamp=$(cat "$@" <(printf '%s' "${GOARCH:-}") | sha256sum | cut -d' ' -f1)
 	if [ "$(cat "$dest/$name/.stamp" 2>/dev/null)" = "$stamp" ]; then
 		echo "components: $name up to date"
 		return 0

@@ -11,8 +11,12 @@ import (
 	"testing"
 )
 
-// RepoRoot is the directory of the main module's go.mod.
+// RepoRoot is the directory of the main module's go.mod, or the directory
+// RootEnv names.
 func RepoRoot() (string, error) {
+	if dir := os.Getenv(RootEnv); dir != "" { // the bench kit: the repository's layout, no go.mod
+		return filepath.Abs(dir)
+	}
 	// The directory above that holds go.mod, as go env GOMOD finds it (go
 	// need not be installed: the benchmarks run where it is not).
 	dir, err := os.Getwd()
@@ -60,6 +64,12 @@ func Build(dir, name, pkg string, env ...string) (string, error) {
 // building them (by name): for a machine without Go, where they were built
 // beforehand.
 const PrebuiltEnv = "OOMGUARD_PREBUILT"
+
+// RootEnv names a directory laid out as the repository is (bin/, build/,
+// deploy/) that RepoRoot returns without looking for go.mod: the unpacked
+// bench kit (make bench-kit), which holds the files the benchmarks read
+// and the programs they run, and no sources.
+const RootEnv = "OOMGUARD_REPO_ROOT"
 
 // Program builds ./cmd/name into dir.
 func Program(dir, name string) (string, error) { return Build(dir, name, "./cmd/"+name) }

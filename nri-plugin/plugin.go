@@ -601,6 +601,8 @@ func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) (int
 		p.m.errors.WithLabelValues(phase).Inc()
 		p.log.Warn("setting oom_score_adj failed", g.attrs("cgroup", c.Cgroup(), "err", err)...)
 	}
-	p.m.adjustments.WithLabelValues(enforce.SettingScore, phase).Add(float64(changed))
+	if changed > 0 { // every phase's series is made at the start (NewMetrics)
+		p.m.adjustments.WithLabelValues(enforce.SettingScore, phase).Add(float64(changed))
+	}
 	return changed, errors.Join(errs...)
 }

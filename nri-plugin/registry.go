@@ -1,6 +1,7 @@
 package nriplugin
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -19,6 +20,9 @@ type record struct {
 	books oomkills.Books // its OOM kills' books (kills.go)
 	dec   decided        // the facts it was decided on, for a reload's rules (rematch.go)
 	guard *guard         // the plan in force; nil when the policy changes nothing
+	turn  uint32         // turnOf(id): when the verifier reads it (verify.go)
+	// queued: in its turn's queue (registry.turns), under the registry's lock.
+	queued bool
 }
 
 // ctrInfo names a container the runtime told the plugin of, and where it runs.
@@ -36,6 +40,11 @@ type registry struct {
 	byID map[string]*record
 	// byCgroup is each record's own cgroup, as its spec names it.
 	byCgroup map[string]*record
+	// turns are the records by their turn in the verifier's rotation
+	// (verify.go) while it runs, nil otherwise: a turn reads its own
+	// records, not every one. A record removed or replaced leaves its
+	// queue at its turn.
+	turns [][]*record
 }
 
 func newRegistry() *registry {
@@ -150,6 +159,61 @@ func (r *registry) guards() []*guard {
 	return gs
 }
 
+// rotate queues every record at its turn of turns, for the verifier that
+// starts; 0: none runs, and nothing is queued.
+func (r *registry) rotate(turns int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.turns {
+		for _, rec := range q {
+			rec.queued = false
+		}
+	}
+	r.turns = nil
+	if turns > 0 {
+		r.turns = make([][]*record, turns)
+		for _, rec := range r.byID {
+			r.queueLocked(rec)
+		}
+	}
+}
+
+// queueLocked puts rec in its turn's queue, once, while the verifier runs.
+func (r *registry) queueLocked(rec *record) {
+	if r.turns == nil || rec.queued {
+		return
+	}
+	t := turnIn(rec.turn, len(r.turns))
+	r.turns[t] = append(r.turns[t], rec)
+	rec.queued = true
+}
+
+// turnGuards are the plans in force of the containers at turn (verify.go),
+// by ID; the records no longer the registry's leave the turn's queue.
+func (r *registry) turnGuards(turn int) []*guard {
+	r.mu.Lock()
+	var gs []*guard
+	if turn < len(r.turns) {
+		q := r.turns[turn]
+		kept := q[:0]
+		for _, rec := range q {
+			if r.byID[rec.id] != rec {
+				rec.queued = false
+				continue
+			}
+			kept = append(kept, rec)
+			if rec.guard != nil {
+				gs = append(gs, rec.guard)
+			}
+		}
+		clear(q[len(kept):])
+		r.turns[turn] = kept
+	}
+	r.mu.Unlock()
+	slices.SortFunc(gs, func(a, b *guard) int { return strings.Compare(a.id, b.id) })
+	return gs
+}
+
 // guarded is how many containers have a plan in force.
 func (r *registry) guarded() int {
 	r.mu.Lock()
@@ -228,8 +292,11 @@ func trimRuntime(base string) string {
 	return base
 }
 
-// indexLocked records the container's own cgroup, as its spec names it.
+// indexLocked records the container's own cgroup, as its spec names it,
+// and queues it at its turn in the verifier's rotation.
 func (r *registry) indexLocked(rec *record) {
+	rec.turn = turnOf(rec.id)
+	r.queueLocked(rec)
 	if cg, err := kernel.ResolveCgroupsPath(rec.info.cgroupsPath); err == nil && rec.info.cgroupsPath != "" {
 		r.byCgroup[cg] = rec
 	}

@@ -106,16 +106,23 @@ func (c *Container) open(pid int) (*kernel.ProcDir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	seen, err := d.Cgroup(c.n.mode)
-	if err != nil {
+	if err := c.check(d, pid); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("read the cgroup of pid %d: %w", pid, err)
-	}
-	if !within(c.hostPath(seen), c.cgroup) {
-		d.Close()
-		return nil, fmt.Errorf("pid %d is not in the container's cgroup %s but in %s: %w", pid, c.cgroup, seen, ErrNotContained)
+		return nil, err
 	}
 	return d, nil
+}
+
+// check checks that the held process is in the container's cgroup or below it.
+func (c *Container) check(d *kernel.ProcDir, pid int) error {
+	seen, err := d.Cgroup(c.n.mode)
+	if err != nil {
+		return fmt.Errorf("read the cgroup of pid %d: %w", pid, err)
+	}
+	if !within(c.hostPath(seen), c.cgroup) {
+		return fmt.Errorf("pid %d is not in the container's cgroup %s but in %s: %w", pid, c.cgroup, seen, ErrNotContained)
+	}
+	return nil
 }
 
 // Holds checks that pid is in the container's cgroup or below it.
@@ -166,11 +173,13 @@ func (c *Container) Score(pid, want int) Change {
 		return ch
 	}
 	defer d.Close()
-	return setScore(d, pid, want, ch)
+	return setScore(d, pid, want, ch, nil)
 }
 
-// setScore sets the held process's oom_score_adj to want unless it has it.
-func setScore(d *kernel.ProcDir, pid, want int, ch Change) Change {
+// setScore sets the held process's oom_score_adj to want unless it has it;
+// mayWrite, when not nil, says before the write whether it may be written
+// to (an error wrapping ErrNotContained: Refused).
+func setScore(d *kernel.ProcDir, pid, want int, ch Change, mayWrite func() error) Change {
 	old, err := d.OOMScoreAdj()
 	if err != nil {
 		ch.What, ch.Err = Failed, fmt.Errorf("read oom_score_adj of pid %d: %w", pid, err)
@@ -180,6 +189,15 @@ func setScore(d *kernel.ProcDir, pid, want int, ch Change) Change {
 	if old == want {
 		ch.What = Unchanged
 		return ch
+	}
+	if mayWrite != nil {
+		if err := mayWrite(); err != nil {
+			ch.What, ch.Err = Failed, err
+			if errors.Is(err, ErrNotContained) {
+				ch.What = Refused
+			}
+			return ch
+		}
 	}
 	if err := d.SetOOMScoreAdj(want); err != nil {
 		ch.What, ch.Err = Failed, fmt.Errorf("set oom_score_adj of pid %d: %w", pid, err)
@@ -217,27 +235,30 @@ func (c *Container) Scores(want int) (changed int, errs []error) {
 	return changed, errs
 }
 
-// scoreIn is Score for a pid the walk found in d: a process whose
+// scoreIn is Score for a pid the walk found in d, its score read first:
+// a process that has want is left as it is, nothing written to it, without
+// reading where it runs (a verification then reads one file a process, not
+// two). One to write to is checked as Score checks it; one whose
 // /proc/PID/cgroup the kernel cannot print (its cgroup's path is past
-// PATH_MAX) is checked against d's own list instead, after its /proc
-// directory is held.
+// PATH_MAX) against d's own list instead, its /proc directory held.
 func (c *Container) scoreIn(d *kernel.CgroupDir, pid, want int) Change {
-	ch := c.Score(pid, want)
-	if !errors.Is(ch.Err, syscall.ENAMETOOLONG) {
-		return ch
-	}
-	ch = Change{Setting: SettingScore, To: itoa(want)}
+	ch := Change{Setting: SettingScore, To: itoa(want)}
 	p, err := kernel.OpenProc(c.n.root, pid)
 	if err != nil {
-		ch.What, ch.Err = Failed, err
+		ch.What, ch.Err = Failed, fmt.Errorf("pid %d: %w", pid, err)
 		return ch
 	}
 	defer p.Close()
-	if !d.Has(pid) {
-		ch.What, ch.Err = Failed, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist) // left the cgroup, or exited
-		return ch
-	}
-	return setScore(p, pid, want, ch)
+	return setScore(p, pid, want, ch, func() error {
+		err := c.check(p, pid)
+		if errors.Is(err, syscall.ENAMETOOLONG) && d.Has(pid) {
+			return nil
+		}
+		if errors.Is(err, syscall.ENAMETOOLONG) {
+			return fmt.Errorf("pid %d: %w", pid, os.ErrNotExist) // left the cgroup, or exited
+		}
+		return err
+	})
 }
 
 // Group sets the container cgroup's memory.oom.group to want unless it has it.

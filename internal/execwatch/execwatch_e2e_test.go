@@ -3,6 +3,8 @@
 package execwatch
 
 import (
+	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
@@ -28,8 +30,12 @@ func TestE2EExecSeen(t *testing.T) {
 	defer cmd.Wait()
 	sh := cmd.Process.Pid
 	var execd, forked bool
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !(execd && forked); {
+	w.SetDeadline(time.Now().Add(10 * time.Second))
+	for !(execd && forked) {
 		evs, err := w.Read(nil)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
 		if err != nil && err != ErrLost {
 			t.Fatal(err)
 		}
@@ -58,8 +64,11 @@ func TestE2EOnlyExecsAndForksWake(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	var evs []Event
-	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); {
-		if evs, err = w.Read(evs); err != nil && err != ErrLost {
+	w.SetDeadline(time.Now().Add(1500 * time.Millisecond))
+	for {
+		if evs, err = w.Read(evs); errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		} else if err != nil && err != ErrLost {
 			t.Fatal(err)
 		}
 	}
@@ -67,4 +76,36 @@ func TestE2EOnlyExecsAndForksWake(t *testing.T) {
 		t.Fatalf("%d datagrams woke the reader for %d execs and forks: the kernel passed others", w.datagrams, len(evs))
 	}
 	t.Logf("%d datagrams, %d events", w.datagrams, len(evs))
+}
+
+// TestE2ECloseEndsRead: a Read waiting (no deadline: nothing wakes it but
+// an event) returns once the watcher is closed.
+func TestE2ECloseEndsRead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the process connector needs CAP_NET_ADMIN")
+	}
+	for range 20 {
+		w, err := Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			for err == nil || err == ErrLost {
+				_, err = w.Read(nil)
+			}
+			done <- err
+		}()
+		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+		w.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrClosed) {
+				t.Fatalf("Read after Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Read did not return after Close")
+		}
+	}
 }

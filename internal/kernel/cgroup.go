@@ -304,7 +304,7 @@ func WalkCgroup(root string, mode Mode, cg string, f func(d *CgroupDir) error) e
 	if err != nil {
 		return fmt.Errorf("list pids of cgroup %s: %w", cg, &os.PathError{Op: "open", Path: top, Err: err})
 	}
-	w := &walk{cg: cg, f: f}
+	w := &walk{cg: cg, f: f, counted: kernelFS(MemoryCgroupDir(root, mode, "/"))}
 	err = w.dir(&CgroupDir{fd: fd, path: top}, 0)
 	if err == nil && w.unread.Parts > 0 {
 		return &w.unread
@@ -316,6 +316,9 @@ type walk struct {
 	cg     string
 	f      func(d *CgroupDir) error
 	unread UnreadError
+	// counted: the tree is the kernel's (cgroupfs, kernfs), whose
+	// directories' link counts count their subdirectories.
+	counted bool
 }
 
 // skip counts a part the walk leaves out.
@@ -337,6 +340,9 @@ func (w *walk) dir(d *CgroupDir, depth int) error {
 		return nil
 	default:
 		return err
+	}
+	if w.counted && leaf(d) {
+		return nil
 	}
 	names, err := subdirs(d)
 	if err != nil {
@@ -364,6 +370,16 @@ func (w *walk) dir(d *CgroupDir, depth int) error {
 		}
 	}
 	return nil
+}
+
+// leaf reports whether d, a directory of the kernel's cgroup tree, holds
+// no directory: kernfs gives a directory 2 links and one a subdirectory
+// (kernfs_refresh_inode), so one stat tells, where listing a container's
+// cgroup reads the names of its 30 to 60 files. Any other tree is listed
+// (btrfs counts 1 link, whatever a directory holds).
+func leaf(d *CgroupDir) bool {
+	var st syscall.Stat_t
+	return syscall.Fstat(d.fd, &st) == nil && st.Nlink == 2
 }
 
 // subdirs are the names of the directories d holds, read through its fd.
@@ -421,11 +437,11 @@ func MemoryEvents(root string, mode Mode, cg string) (map[string]uint64, error) 
 // later) summed over the tree.
 func OOMKills(root string, mode Mode, cg string) (uint64, error) {
 	if mode == ModeV2 {
-		ev, err := MemoryEvents(root, mode, cg)
+		b, err := ReadFile(filepath.Join(MemoryCgroupDir(root, mode, cg), "memory.events"), MaxSmall)
 		if err != nil {
 			return 0, err
 		}
-		n, ok := ev["oom_kill"]
+		n, ok := KeyValue(b, "oom_kill")
 		if !ok {
 			return 0, fmt.Errorf("memory.events of %s has no oom_kill: %w", cg, ErrUnsupported)
 		}
@@ -471,7 +487,7 @@ func OOMKillsByCgroup(root string, mode Mode, cg string) ([]CgroupKills, error) 
 		if err := syscall.Fstat(d.fd, &st); err != nil {
 			return &os.PathError{Op: "fstat", Path: d.path, Err: err}
 		}
-		v, ok := KeyValues(b)["oom_kill"]
+		v, ok := KeyValue(b, "oom_kill")
 		found = found || ok
 		out = append(out, CgroupKills{Path: strings.TrimPrefix(d.path, top), Ino: st.Ino, Kills: v})
 		return nil

@@ -210,6 +210,27 @@ func KeyValues(b []byte) map[string]uint64 {
 	return kv
 }
 
+// KeyValue is key's value in a flat-keyed cgroup file, as KeyValues reads
+// it, without making the map of every key (/proc/vmstat has 180): false
+// when no line holds it.
+func KeyValue(b []byte, key string) (uint64, bool) {
+	var v uint64
+	found := false
+	for line := range bytes.Lines(b) {
+		k, val, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte(" "))
+		if !ok || string(k) != key {
+			continue
+		}
+		val = bytes.TrimSpace(val)
+		if n, err := strconv.ParseUint(string(val), 10, 64); err == nil {
+			v, found = n, true
+		} else if _, err := strconv.ParseInt(string(val), 10, 64); err == nil {
+			v, found = 0, true // a negative count, as KeyValues reads it
+		}
+	}
+	return v, found
+}
+
 // StatusKB is the kB value of a "Key:   N kB" line of a /proc status-format
 // file (status, meminfo), 0 when absent.
 func StatusKB(b []byte, key string) int64 {

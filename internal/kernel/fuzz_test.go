@@ -37,10 +37,18 @@ func FuzzParseProcTables(f *testing.F) {
 				t.Fatalf("cgroup %q is not in the file", cg)
 			}
 		}
-		for k := range KeyValues(b) {
+		kv := KeyValues(b)
+		for k, v := range kv {
 			if !strings.Contains(string(b), k) {
 				t.Fatalf("key %q is not in the file", k)
 			}
+			if one, ok := KeyValue(b, k); !ok || one != v {
+				t.Fatalf("key %q: KeyValue %d, %v; KeyValues %d", k, one, ok, v)
+			}
+		}
+		_, has := kv["oom_kill"]
+		if _, ok := KeyValue(b, "oom_kill"); ok != has {
+			t.Fatalf("oom_kill: KeyValue found it %v, KeyValues %v", ok, has)
 		}
 	})
 }

@@ -105,7 +105,7 @@ func NodeOOMKills(root string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, ok := KeyValues(b)["oom_kill"]
+	n, ok := KeyValue(b, "oom_kill")
 	if !ok {
 		return 0, &ParseError{Path: p, Err: errors.New("no oom_kill")}
 	}

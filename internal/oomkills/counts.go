@@ -21,6 +21,7 @@ type counts struct {
 	w       *kernel.Watch // nil: read every container's
 	closed  bool          // the kill reader stopped, or could not watch
 	pending []string      // containers started since, to watch
+	kick    chan struct{} // pending grew: for keep, once open
 	wds     map[int32]string
 	ids     map[string]int32
 	suspect map[string]bool // may hold kills not reported: read at the next kill
@@ -171,6 +172,7 @@ func (c *counts) open(mode kernel.Mode) {
 		return
 	}
 	c.w, c.wds, c.ids, c.suspect = w, map[int32]string{}, map[string]int32{}, map[string]bool{}
+	c.kick = make(chan struct{}, 1)
 }
 
 func (c *counts) close() {
@@ -190,6 +192,10 @@ func (c *counts) add(id string) {
 	defer c.mu.Unlock()
 	if !c.closed {
 		c.pending = append(c.pending, id)
+		select {
+		case c.kick <- struct{}{}: // nil until open: nothing to send to
+		default:
+		}
 	}
 }
 
@@ -233,20 +239,30 @@ func (c *counts) changed(r *Reporter, wait time.Duration) (ids []string, every b
 	return ids, false
 }
 
-// keep watches the containers started since, each second, so that they
-// wait for no kill (and the queue for none). The kill reader runs it, and
-// waits for it to return before it closes the watch.
+// keep watches the containers started since, a second after the first of
+// them (a second's starts at once), so that they wait for no kill (and the
+// queue for none); on an idle node it never wakes. The kill reader runs it
+// once open, and waits for it to return before it closes the watch.
 func (c *counts) keep(ctx context.Context, r *Reporter, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	c.mu.Lock()
+	kick, pending := c.kick, len(c.pending) > 0 // added before the reader opened
+	c.mu.Unlock()
 	for {
+		if !pending {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			}
+		}
+		pending = false
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			c.watchPending(r)
+		case <-time.After(time.Second):
 		}
+		c.watchPending(r)
 	}
 }
 

@@ -4,11 +4,6 @@ import (
 	"encoding/json"
 	"regexp"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
-	"github.com/oomguard/oomguard/imagepatch"
 )
 
 var fullCommit = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -50,18 +45,4 @@ func Provenance(m Meta, chart *Chart) (json.RawMessage, error) {
 	p.RunDetails.Metadata.StartedOn = m.Created.UTC().Format(time.RFC3339)
 	p.RunDetails.Byproducts = []resource{{Name: chart.FileName(), Digest: digest{"sha256": sum(chart.Archive)}}}
 	return json.Marshal(p)
-}
-
-// ProvenanceStatement is the in-toto statement of that provenance about the
-// image d in repo: the file a release carries beside its image.
-func ProvenanceStatement(repo name.Repository, d v1.Hash, m Meta, chart *Chart) ([]byte, error) {
-	p, err := Provenance(m, chart)
-	if err != nil {
-		return nil, err
-	}
-	st, err := imagepatch.Statement(repo.Name(), d, imagepatch.PredicateSLSAProvenance, p)
-	if err != nil {
-		return nil, err
-	}
-	return append(st, '\n'), nil
 }

@@ -50,13 +50,10 @@ func Release(w io.Writer, o Options) error {
 		return err
 	}
 	repo, _ := name.NewRepository(Repository)
+	repository := "" // the chart keeps its own unless pushed elsewhere
 	if o.PushImage != "" {
 		ref, _ := name.ParseReference(o.PushImage, o.NameOptions...) // Publish pushed to it
-		repo = ref.Context()
-	}
-	repository := ""
-	if o.PushImage != "" {
-		repository = repo.Name()
+		repo, repository = ref.Context(), ref.Context().Name()
 	}
 	chart, err := PackageChart(o.Chart, o.Meta, repository, d.String())
 	if err != nil {
@@ -66,10 +63,15 @@ func Release(w io.Writer, o Options) error {
 	if err != nil {
 		return err
 	}
-	prov, err := ProvenanceStatement(repo, d, o.Meta, chart)
+	pred, err := Provenance(o.Meta, chart)
 	if err != nil {
 		return err
 	}
+	prov, err := imagepatch.Statement(repo.Name(), d, imagepatch.PredicateSLSAProvenance, pred)
+	if err != nil {
+		return err
+	}
+	prov = append(prov, '\n')
 	var sums strings.Builder
 	for _, f := range []struct {
 		name string
@@ -90,16 +92,14 @@ func Release(w io.Writer, o Options) error {
 			return err
 		}
 	}
+	signed := ""
+	if o.Signer != nil {
+		signed = ", signed (SHA256SUMS.sig, cosign.pub)"
+	}
 	fmt.Fprintf(w, "wrote %s: the image %s (image/), the chart %s %s pinned to it, its SBOM (SPDX) and provenance (SLSA), SHA256SUMS%s\n",
-		o.Out, d, chart.Name, chart.Version, map[bool]string{true: ", signed (SHA256SUMS.sig, cosign.pub)"}[o.Signer != nil])
+		o.Out, d, chart.Name, chart.Version, signed)
 	if o.PushImage != "" && o.Signer != nil {
-		var p struct {
-			Predicate json.RawMessage `json:"predicate"`
-		}
-		if err := json.Unmarshal(prov, &p); err != nil {
-			return err
-		}
-		if err := pushSigned(w, o.Signer, repo, d, map[string]json.RawMessage{imagepatch.PredicateSPDX: sbom, imagepatch.PredicateSLSAProvenance: p.Predicate}); err != nil {
+		if err := pushSigned(w, o.Signer, repo, d, map[string]json.RawMessage{imagepatch.PredicateSPDX: sbom, imagepatch.PredicateSLSAProvenance: pred}); err != nil {
 			return err
 		}
 	}

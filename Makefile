@@ -25,7 +25,7 @@ FUZZ := ./config:FuzzParse ./internal/glob:FuzzCheck ./internal/glob:FuzzMatch .
 	./internal/kernel:FuzzParseStat ./internal/kernel:FuzzParseProcTables ./internal/kernel:FuzzStatusKB \
 	./doctor:FuzzParseCPUList ./doctor:FuzzParseProcTables \
 	./internal/escape:FuzzTerminal ./internal/cri:FuzzDecodeList ./internal/cri:FuzzDecodeRuntime ./internal/execwatch:FuzzParse ./internal/execwatch:FuzzParseTaskOffsets ./internal/kmsg:FuzzParse ./internal/kmsg:FuzzParserRepeats \
-	./imagepatch/admission:FuzzReview
+	./imagepatch/admission:FuzzReview ./internal/score:FuzzParseInputs
 FUZZTIME ?= 20000x
 # End-to-end tiers: real runtimes and a registry on this host, then the VM.
 # The host tier: every package with e2e-tagged tests (go list shows them

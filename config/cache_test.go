@@ -66,8 +66,7 @@ func TestFindCachedRefusesForgedEntries(t *testing.T) {
 	want, _ := Parse(text)
 	want.Compiled = compiledOf(want)
 	forged, _ := Parse(text)
-	score := -1000
-	forged.Rules = append([]Rule{{Name: "forged", OOMScoreAdj: &score}}, forged.Rules...)
+	forged.Rules = append([]Rule{{Name: "forged", OOMScoreAdj: Number(-1000)}}, forged.Rules...)
 	forgedJSON, _ := json.Marshal(forged)
 	withUnknown := strings.Replace(string(forgedJSON), `{"Strict"`, `{"Unknown":1,"Strict"`, 1)
 	// A compiled command that would send the matcher outside its program.

@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math"
 	"os"
 	"path"
 	"regexp/syntax"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 
 	"github.com/oomguard/oomguard/internal/glob"
 	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/score"
 	"github.com/oomguard/oomguard/internal/stricttoml"
 )
 
@@ -42,6 +45,7 @@ type Config struct {
 	NRI         NRI         `toml:"nri"`
 	Doctor      Doctor      `toml:"doctor"`
 	Containment Containment `toml:"containment"`
+	Scores      Scores      `toml:"scores"`
 	Rules       []Rule      `toml:"rule"`
 
 	// Missing is set by Find when no file exists at DefaultPath and these are the defaults.
@@ -60,9 +64,118 @@ type Config struct {
 // runtime's setting alone; a rule that sets nothing excludes what it matches.
 type Rule struct {
 	Name        string `toml:"name"`
-	OOMScoreAdj *int   `toml:"oom_score_adj"`
+	OOMScoreAdj *Score `toml:"oom_score_adj"`
 	OOMGroup    *bool  `toml:"oom_group"`
 	Match       Match  `toml:"match"`
+}
+
+// Score is a rule's oom_score_adj: a number, or the name of a formula
+// (score.Formulas) that computes one for each container from its memory
+// request and limit, the node's memory and the pod's priority.
+type Score struct {
+	Value   int
+	Formula string // "" for Value
+}
+
+// Number is a fixed score.
+func Number(v int) *Score { return &Score{Value: v} }
+
+// UnmarshalTOML implements toml.Unmarshaler: an integer or a formula's
+// name, which Validate checks.
+func (s *Score) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case int64:
+		*s = Score{Value: int(v)}
+	case string:
+		*s = Score{Formula: v}
+	default:
+		return fmt.Errorf("oom_score_adj %v: want a value from -1000 to 1000, or one of %s", v, strings.Join(score.Formulas, ", "))
+	}
+	return nil
+}
+
+func (s Score) String() string {
+	if s.Formula != "" {
+		return s.Formula
+	}
+	return strconv.Itoa(s.Value)
+}
+
+// Scores are what a rule's formula reads besides the container's own
+// resources (score.Compute).
+type Scores struct {
+	// Capacity is the node's memory the formulas divide by: bytes, or a
+	// Kubernetes quantity like "2Ti"; "" is the node's MemTotal, as
+	// kubelet takes it.
+	Capacity string `toml:"capacity"`
+	// AdmissionInputs trusts the pods' score-inputs.oomguard.io annotation
+	// (priority, memory requests), which only the chart's admission
+	// policies must be able to write.
+	AdmissionInputs bool `toml:"admission_inputs"`
+	// Bands are the priority formula's, the first that holds a pod's
+	// priority placing its containers.
+	Bands []Band `toml:"band"`
+}
+
+// Band maps a range of pod priorities to a range of scores.
+type Band struct {
+	MinPriority    int64 `toml:"min_priority"`
+	MaxPriority    int64 `toml:"max_priority"`
+	MinOOMScoreAdj int   `toml:"min_oom_score_adj"`
+	MaxOOMScoreAdj int   `toml:"max_oom_score_adj"`
+}
+
+// ScoreBands are the bands as package score reads them.
+func (s *Scores) ScoreBands() []score.Band {
+	bands := make([]score.Band, len(s.Bands))
+	for i, b := range s.Bands {
+		bands[i] = score.Band{MinPriority: b.MinPriority, MaxPriority: b.MaxPriority, MinScore: b.MinOOMScoreAdj, MaxScore: b.MaxOOMScoreAdj}
+	}
+	return bands
+}
+
+// CapacityBytes is scores.capacity in bytes, 0 when it is "".
+func (s *Scores) CapacityBytes() (int64, error) { return ParseBytes(s.Capacity) }
+
+// ParseBytes reads a memory size as Kubernetes writes quantities: bytes,
+// or a number with a binary (Ki, Mi, Gi, Ti, Pi) or decimal (k, M, G, T,
+// P) suffix. "" is 0.
+func ParseBytes(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	num := strings.TrimRight(v, "KMGTPkimi")
+	unit := int64(1)
+	switch v[len(num):] {
+	case "":
+	case "Ki":
+		unit = 1 << 10
+	case "Mi":
+		unit = 1 << 20
+	case "Gi":
+		unit = 1 << 30
+	case "Ti":
+		unit = 1 << 40
+	case "Pi":
+		unit = 1 << 50
+	case "k":
+		unit = 1e3
+	case "M":
+		unit = 1e6
+	case "G":
+		unit = 1e9
+	case "T":
+		unit = 1e12
+	case "P":
+		unit = 1e15
+	default:
+		return 0, fmt.Errorf("%q: want bytes, or a number with Ki, Mi, Gi, Ti, Pi, k, M, G, T or P", v)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("%q: want a positive whole number of bytes, or of a unit like \"2Ti\"", v)
+	}
+	return n * unit, nil
 }
 
 // Match is a rule's selector: every field that is set must match, and within
@@ -171,6 +284,11 @@ type NRI struct {
 	// values it no longer sets: "keep" leaves the values oomguard gave it,
 	// "restore" writes back the ones its spec had at creation.
 	OnRuleRemoved string `toml:"on_rule_removed"`
+	// YieldToOtherWriters leaves a container's score to another writer
+	// (koordlet, a node agent) that keeps changing it back, after the
+	// conflict is reported; false: oomguard sets it again at every
+	// verification.
+	YieldToOtherWriters bool `toml:"yield_to_other_writers"`
 	// CRIEndpoint is the runtime's CRI socket (unix:///PATH), through which
 	// the plugin finds the containers the runtime never told it of: "" for
 	// the first of containerd's and CRI-O's that exists, "none" for never.
@@ -215,6 +333,8 @@ func Default() *Config {
 			ReloadInterval: Duration{10 * time.Second},
 			LogFile:        "syslog",
 			OnRuleRemoved:  OnRuleRemovedKeep,
+
+			YieldToOtherWriters: true,
 		},
 		Doctor:      Doctor{Daemons: slices.Clone(defaultDaemons), DyingMemcgsWarning: 1000, DyingMemcgsCritical: 10000},
 		Containment: Containment{CgroupParents: []string{"/machine.slice", "/libpod_parent"}},
@@ -407,6 +527,17 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	if _, err := c.Scores.CapacityBytes(); err != nil {
+		add("scores.capacity %v", err)
+	}
+	for i, b := range c.Scores.Bands {
+		if b.MinPriority > b.MaxPriority || b.MinPriority < math.MinInt32 || b.MaxPriority > math.MaxInt32 {
+			add("scores.band #%d: priorities %d..%d: want min_priority <= max_priority, both 32-bit", i+1, b.MinPriority, b.MaxPriority)
+		}
+		if !InRange(b.MinOOMScoreAdj) || !InRange(b.MaxOOMScoreAdj) || b.MinOOMScoreAdj > b.MaxOOMScoreAdj {
+			add("scores.band #%d: oom_score_adj %d..%d: want min_oom_score_adj <= max_oom_score_adj, from -1000 to 1000", i+1, b.MinOOMScoreAdj, b.MaxOOMScoreAdj)
+		}
+	}
 	if !InRange(c.Annotations.MinOOMScoreAdj) {
 		add("annotations.min_oom_score_adj %d: want a value from -1000 to 1000", c.Annotations.MinOOMScoreAdj)
 	}
@@ -427,8 +558,15 @@ func (c *Config) Validate() error {
 			}
 			seen[r.Name] = i + 1
 		}
-		if r.OOMScoreAdj != nil && !InRange(*r.OOMScoreAdj) {
-			add("%s: oom_score_adj %d: want a value from -1000 to 1000", where, *r.OOMScoreAdj)
+		switch s := r.OOMScoreAdj; {
+		case s == nil:
+		case s.Formula == "" && !InRange(s.Value):
+			add("%s: oom_score_adj %d: want a value from -1000 to 1000", where, s.Value)
+		case s.Formula != "" && !score.IsFormula(s.Formula):
+			add("%s: oom_score_adj %q: want a value from -1000 to 1000, or one of %s", where, s.Formula, strings.Join(score.Formulas, ", "))
+		}
+		if r.OOMScoreAdj != nil && r.OOMScoreAdj.Formula == score.Priority && len(c.Scores.Bands) == 0 {
+			add("%s: oom_score_adj \"priority\" needs bands: add [[scores.band]] with min_priority, max_priority, min_oom_score_adj and max_oom_score_adj", where)
 		}
 		for _, err := range r.Match.check() {
 			add("%s: %v", where, err)

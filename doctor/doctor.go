@@ -92,6 +92,9 @@ func Examine(root string, cfg *config.Config, sample time.Duration, endpoint str
 	if asked {
 		findings = append(findings, named)
 	}
+	if scored, ok := n.checkFormulas(); ok {
+		findings = append(findings, scored)
+	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity > findings[j].Severity })
 	return &Report{SchemaVersion: SchemaVersion, Node: nodeName(root), Time: time.Now().UTC().Truncate(time.Second), Version: version.Version,
 		Root: root, Findings: findings, node: n}, nil

@@ -28,6 +28,8 @@ type node struct {
 	memErr error
 	// names are the CRI runtime's names of containers, by ID.
 	names map[string]cri.Name
+	// endpoint is the CRI runtime that named them, "" when none did.
+	endpoint string
 }
 
 // ctrRef is where a cgroup path puts a process: its pod and container.
@@ -115,7 +117,7 @@ func (n *node) nameContainers(endpoint string) (Finding, bool) {
 		f.Summary = fmt.Sprintf("containers named by their IDs only: %v", err)
 		return f, true
 	}
-	n.names = names
+	n.names, n.endpoint = names, ep
 	f.Summary = fmt.Sprintf("%d containers named by the runtime at %s", len(names), ep)
 	return f, true
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/enforce"
 	"github.com/oomguard/oomguard/internal/facts"
+	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/policy"
 	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/score"
 	"github.com/oomguard/oomguard/internal/version"
 )
 
@@ -129,15 +131,23 @@ func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
 	for _, w := range warnings {
 		log.Warn("ignoring malformed annotation", "err", w)
 	}
+	if pol.Formulas() {
+		if mi, err := kernel.ReadMeminfo(o.Root); err == nil {
+			f.Inputs.Capacity = score.Input{Value: mi.TotalKB << 10, From: score.FromMeminfo}
+		}
+	}
 	dec := pol.Decide(&f)
 	for _, r := range dec.Rejected {
 		log.Warn("annotation rejected", "key", r.Key, "value", r.Value, "reason", r.Reason)
 	}
+	if dec.Missing != "" {
+		log.Warn("score formula lacks an input; the spec's score kept", "rule", dec.Rule, "input", dec.Missing)
+	}
 	node := enforce.NewNode(o.Root, cfg.Containment.CgroupParents)
-	score, group, err := node.Apply(node.Plan(dec), spec.CgroupsPath(), state.Pid)
+	scoreCh, group, err := node.Apply(node.Plan(dec), spec.CgroupsPath(), state.Pid)
 	attrs := []any{
 		"runtime", f.Runtime, "namespace", f.Namespace, "pod", f.Pod, "container", f.Container,
-		"rule", dec.Rule, "oom_score_adj", score.String(), "oom_group", group.String(),
+		"rule", dec.Rule, "oom_score_adj", scoreCh.String(), "oom_group", group.String(),
 	}
 	if len(dec.Reasons) > 0 {
 		attrs = append(attrs, "reasons", dec.Reasons)

@@ -46,9 +46,13 @@ type Metrics struct {
 	workerDeaths prometheus.Counter
 	failClosed   prometheus.Gauge
 	reconciled   *prometheus.CounterVec
-	isConnected  atomic.Bool
-	waiting      atomic.Pointer[string] // the runtimes the node waits for to restart
-	badConfig    atomic.Pointer[string] // why the configuration last read is not in force
+	// Score formulas and other writers (formula.go).
+	inputsMissing *prometheus.CounterVec
+	conflicts     prometheus.Counter
+	yielded       prometheus.Counter
+	isConnected   atomic.Bool
+	waiting       atomic.Pointer[string] // the runtimes the node waits for to restart
+	badConfig     atomic.Pointer[string] // why the configuration last read is not in force
 }
 
 // NewMetrics makes the plugin's counters in a registry of their own.
@@ -102,6 +106,13 @@ func NewMetrics() *Metrics {
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_reconciled_total",
 			Help: "Containers the runtime runs but never told the plugin of (created while it connected), found through the runtime's CRI, by outcome: guarded (a rule applies, now set), unchanged (no rule changes it), undecided (the runtime did not give what deciding needs; the log says what)."},
 			[]string{"outcome"}),
+		inputsMissing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "oomguard_score_inputs_missing_total",
+			Help: "Containers a rule's score formula could not score, the spec's score kept, by the input nobody vouched for (request, limit, capacity, priority, band, qos)."},
+			[]string{"input"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_score_conflicts_total",
+			Help: "Containers whose score another writer kept changing back (found replaced at verifications in a row); the log names the value found."}),
+		yielded: prometheus.NewCounter(prometheus.CounterOpts{Name: "oomguard_score_yielded_total",
+			Help: "Containers whose score oomguard left to another writer after a conflict (no longer set until the container is created again, the configuration changes or the plugin reconnects)."}),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "oomguard_build_info",
 		Help: "1, labelled with the plugin's release and commit."}, []string{"version", "commit"})
@@ -119,13 +130,16 @@ func NewMetrics() *Metrics {
 	for _, o := range []string{"guarded", "unchanged", "undecided"} {
 		m.reconciled.WithLabelValues(o)
 	}
+	for _, in := range []string{"request", "limit", "capacity", "priority", "band", "qos"} {
+		m.inputsMissing.WithLabelValues(in)
+	}
 	for _, r := range []string{"success", "failure"} {
 		m.reloads.WithLabelValues(r)
 		m.restarts.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.decisions, m.adjustments, m.rejections, m.drift, m.errors, m.refusals, m.oomKills, m.syncDuration,
 		m.connected, m.serveErrors, m.execLost, m.unreadParts,
-		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, m.failClosed, m.reconciled, buildInfo,
+		m.configValid, m.configInfo, m.reloads, m.fixedChanged, m.restartWait, m.restarts, m.lockHeld, m.workerDeaths, m.failClosed, m.reconciled, m.inputsMissing, m.conflicts, m.yielded, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.oom.Collectors()...)
 	return m

@@ -28,6 +28,7 @@ import (
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/oomkills"
 	"github.com/oomguard/oomguard/internal/policy"
+	"github.com/oomguard/oomguard/internal/score"
 )
 
 // Plugin sets containers before they start, keeps the setting through
@@ -46,6 +47,9 @@ type Plugin struct {
 	root     string
 	log      *slog.Logger
 	m        *Metrics
+	// capacity is the node's memory as kubelet takes it (MemTotal), the
+	// score formulas' capacity; unknown when /proc/meminfo cannot tell.
+	capacity score.Input
 
 	reg *registry // the containers the runtime told of (registry.go)
 
@@ -80,6 +84,7 @@ type guard struct {
 	pid         uint32
 	oomKills    uint64
 	missing     int    // verifications that found no cgroup
+	drifts      int    // verifications in a row that found its score replaced (conflict.go)
 	cgroupID    uint64 // its cgroup's id once found (cgroup v2)
 
 	rescoring atomic.Bool // a walk after an update is pending
@@ -134,6 +139,9 @@ func New(o Options) *Plugin {
 		kmsg: oomkills.OpenKmsg, events: o.Events, scored: newScored(), synced: make(chan struct{}), reconcileKick: make(chan struct{}, 1)}
 	p.execs = p.openExecs
 	p.kills = p.newKills()
+	if mi, err := kernel.ReadMeminfo(o.Root); err == nil {
+		p.capacity = score.Input{Value: mi.TotalKB << 10, From: score.FromMeminfo}
+	}
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
 	if le := (*config.LoadError)(nil); errors.As(cfgErr, &le) {
@@ -518,6 +526,7 @@ type verdict struct {
 // changes something, the guard that keeps it; tell says what it decided.
 func (p *Plugin) decide(pod *api.PodSandbox, ctr *api.Container) (*record, verdict) {
 	f := nrifacts.FromNRI(pod, ctr, p.runtime.Load().(string))
+	f.Inputs.Capacity = p.capacity
 	pol := p.pol.Load()
 	k, whole, named := kept(f, p.cfg.Load())
 	rec := &record{id: ctr.GetId(), info: newCtrInfo(pod, ctr), dec: decided{facts: k, whole: whole, named: named, pol: pol}}
@@ -540,6 +549,10 @@ func (p *Plugin) tell(phase string, v verdict) {
 	for _, r := range dec.Rejected {
 		p.m.rejections.Inc()
 		p.log.Warn("annotation rejected", append(ids, "key", r.Key, "value", r.Value, "reason", r.Reason)...)
+	}
+	if dec.Missing != "" {
+		p.m.inputsMissing.WithLabelValues(dec.Missing).Inc()
+		p.log.Warn("score formula lacks an input; the spec's score kept", append(ids, "rule", dec.Rule, "input", dec.Missing, "reasons", dec.Reasons)...)
 	}
 	if !dec.Changes() {
 		p.log.Debug("decision", append([]any{"phase", phase}, append(ids, "rule", dec.Rule, "reasons", dec.Reasons)...)...)
@@ -591,8 +604,15 @@ func (p *Plugin) fix(g *guard, c *enforce.Container, phase string) (procs int, g
 // that does not have it, and returns how many it changed; its failures are
 // logged and counted.
 func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) (int, error) {
-	changed, errs := c.Scores(*g.plan.Score)
-	for _, err := range errs {
+	r := p.scores(g, c, phase, true)
+	return r.Changed, errors.Join(r.Errs...)
+}
+
+// scores is enforceScore saying what it found; with write false it only
+// reads.
+func (p *Plugin) scores(g *guard, c *enforce.Container, phase string, write bool) enforce.ScoreReport {
+	r := c.SetScores(*g.plan.Score, write)
+	for _, err := range r.Errs {
 		if unread := (*kernel.UnreadError)(nil); errors.As(err, &unread) {
 			p.m.unreadParts.Add(float64(unread.Parts))
 			p.log.Warn("part of the container's cgroup tree could not be read; the processes there were left as they are", g.attrs("parts", unread.Parts, "err", err)...)
@@ -601,8 +621,8 @@ func (p *Plugin) enforceScore(g *guard, c *enforce.Container, phase string) (int
 		p.m.errors.WithLabelValues(phase).Inc()
 		p.log.Warn("setting oom_score_adj failed", g.attrs("cgroup", c.Cgroup(), "err", err)...)
 	}
-	if changed > 0 { // every phase's series is made at the start (NewMetrics)
-		p.m.adjustments.WithLabelValues(enforce.SettingScore, phase).Add(float64(changed))
+	if r.Changed > 0 { // every phase's series is made at the start (NewMetrics)
+		p.m.adjustments.WithLabelValues(enforce.SettingScore, phase).Add(float64(r.Changed))
 	}
-	return changed, errors.Join(errs...)
+	return r
 }

@@ -178,8 +178,11 @@ func nriOf(pod *cri.Sandbox, ctr cri.Container, st cri.Status) (*api.PodSandbox,
 	}
 	if l := s.Linux; l != nil {
 		nc.Linux.CgroupsPath = l.CgroupsPath
-		if l.Resources != nil && l.Resources.Unified != nil {
-			nc.Linux.Resources = &api.LinuxResources{Unified: l.Resources.Unified}
+		if r := l.Resources; r != nil {
+			nc.Linux.Resources = &api.LinuxResources{Unified: r.Unified}
+			if r.Memory != nil && r.Memory.Limit != nil {
+				nc.Linux.Resources.Memory = &api.LinuxMemory{Limit: api.Int64(*r.Memory.Limit)}
+			}
 		}
 	}
 	return np, nc

@@ -374,3 +374,55 @@ func (r *registry) withPlan(g *guard, plan enforce.Plan) *guard {
 	return &guard{id: g.id, namespace: g.namespace, pod: g.pod, name: g.name, plan: plan, pol: g.pol,
 		cgroupsPath: g.cgroupsPath, pid: g.pid}
 }
+
+// drifts are the verifications in a row that found g's score replaced.
+func (r *registry) drifts(g *guard) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return g.drifts
+}
+
+// drifted counts one more, and returns them.
+func (r *registry) drifted(g *guard) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.drifts++
+	return g.drifts
+}
+
+// steady is a verification that found g's score as set.
+func (r *registry) steady(g *guard) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.drifts = 0
+}
+
+// yield puts in g's place a copy that sets no score (none when g set
+// nothing else), and returns it; false when g is no longer in force.
+func (r *registry) yield(g *guard) (*guard, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.byID[g.id]
+	if rec == nil || rec.guard != g {
+		return nil, false
+	}
+	plan := g.plan
+	plan.Score = nil
+	var ng *guard
+	if plan.Changes() {
+		ng = &guard{id: g.id, namespace: g.namespace, pod: g.pod, name: g.name, plan: plan, pol: g.pol,
+			cgroupsPath: g.cgroupsPath, pid: g.pid, oomKills: g.oomKills, cgroupID: g.cgroupID}
+	}
+	rec.guard = ng
+	return ng, true
+}
+
+// podUID is the UID of g's pod, "" when the runtime did not say.
+func (r *registry) podUID(g *guard) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec := r.byID[g.id]; rec != nil {
+		return rec.info.podUID
+	}
+	return ""
+}

@@ -49,7 +49,7 @@ func TestReload(t *testing.T) {
 	p := New(Options{Config: cfg, Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m})
 	p.m.setConnected(true)
 	addr := serveMetrics(t, m)
-	score := func() int { return *p.cfg.Load().Rules[0].OOMScoreAdj }
+	score := func() int { return p.cfg.Load().Rules[0].OOMScoreAdj.Value }
 	seen := config.Hash([]byte(strings.Replace(ruleAt, "%s", "900", 1)))
 	if got := testutil.ToFloat64(m.configInfo.WithLabelValues(seen, "file")); got != 1 {
 		t.Fatalf("config_info{hash=%s,source=file} = %v at the start", seen, got)
@@ -151,12 +151,12 @@ func TestReloadTakesOnlyAWholeFile(t *testing.T) {
 		if !whole() || gathered(t, m, "oomguard_config_valid") != 1 {
 			t.Fatalf("after %d of %d lines: rules in force %+v, valid %v", i, len(lines), p.cfg.Load().Rules, gathered(t, m, "oomguard_config_valid"))
 		}
-		if *p.cfg.Load().Rules[0].OOMScoreAdj != 900 {
+		if p.cfg.Load().Rules[0].OOMScoreAdj.Value != 900 {
 			t.Fatalf("after %d of %d lines: taken before a second read confirmed it", i, len(lines))
 		}
 	}
 	settle(t, r)
-	if !whole() || *p.cfg.Load().Rules[0].OOMScoreAdj != 700 {
+	if !whole() || p.cfg.Load().Rules[0].OOMScoreAdj.Value != 700 {
 		t.Fatalf("the whole file was not taken: %+v", p.cfg.Load().Rules)
 	}
 
@@ -164,7 +164,7 @@ func TestReloadTakesOnlyAWholeFile(t *testing.T) {
 	f.Truncate(0)
 	logs.Reset()
 	settle(t, r)
-	if !whole() || *p.cfg.Load().Rules[0].OOMScoreAdj != 700 || gathered(t, m, "oomguard_config_valid") != 0 ||
+	if !whole() || p.cfg.Load().Rules[0].OOMScoreAdj.Value != 700 || gathered(t, m, "oomguard_config_valid") != 0 ||
 		!strings.Contains(logs.String(), "empty") {
 		t.Fatalf("an empty file: rules %+v, valid %v, log %q", p.cfg.Load().Rules, gathered(t, m, "oomguard_config_valid"), logs.String())
 	}
@@ -176,7 +176,7 @@ func TestReloadTakesOnlyAWholeFile(t *testing.T) {
 	}
 	os.WriteFile(path, []byte(full("600")), 0o644)
 	settle(t, r)
-	if *p.cfg.Load().Rules[0].OOMScoreAdj != 600 || gathered(t, m, "oomguard_config_valid") != 1 {
+	if p.cfg.Load().Rules[0].OOMScoreAdj.Value != 600 || gathered(t, m, "oomguard_config_valid") != 1 {
 		t.Fatal("a whole file after an empty one was not taken")
 	}
 }
@@ -256,8 +256,8 @@ func TestReloadUnusableFile(t *testing.T) {
 			case <-time.After(20 * time.Second): // no benchmark: a bound on noticing a read that hangs
 				t.Fatal("the reloader hangs on the file")
 			}
-			if v := gathered(t, m, "oomguard_config_valid"); v != 0 || *p.cfg.Load().Rules[0].OOMScoreAdj != 900 {
-				t.Fatalf("config_valid %v, score in force %d; want 0 and the last good 900", v, *p.cfg.Load().Rules[0].OOMScoreAdj)
+			if v := gathered(t, m, "oomguard_config_valid"); v != 0 || p.cfg.Load().Rules[0].OOMScoreAdj.Value != 900 {
+				t.Fatalf("config_valid %v, score in force %d; want 0 and the last good 900", v, p.cfg.Load().Rules[0].OOMScoreAdj.Value)
 			}
 			if code, body := get(t, addr); code != 503 || !strings.Contains(body, tc.why) {
 				t.Fatalf("/healthz %d %q, want 503 saying %q", code, body, tc.why)
@@ -267,8 +267,8 @@ func TestReloadUnusableFile(t *testing.T) {
 			}
 			good("800")
 			settle(t, r)
-			if code, _ := get(t, addr); code != 200 || *p.cfg.Load().Rules[0].OOMScoreAdj != 800 {
-				t.Fatalf("a good file after it: /healthz %d, score %d", code, *p.cfg.Load().Rules[0].OOMScoreAdj)
+			if code, _ := get(t, addr); code != 200 || p.cfg.Load().Rules[0].OOMScoreAdj.Value != 800 {
+				t.Fatalf("a good file after it: /healthz %d, score %d", code, p.cfg.Load().Rules[0].OOMScoreAdj.Value)
 			}
 		})
 	}
@@ -342,7 +342,7 @@ func TestWatchConfig(t *testing.T) {
 	done := make(chan struct{})
 	go func() { p.watchConfig(ctx, path, 10*time.Millisecond); close(done) }()
 	os.WriteFile(path, []byte(strings.Replace(ruleAt, "%s", "700", 1)), 0o644)
-	for deadline := time.Now().Add(10 * time.Second); *p.cfg.Load().Rules[0].OOMScoreAdj != 700; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); p.cfg.Load().Rules[0].OOMScoreAdj.Value != 700; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the changed configuration was not put in force")
 		}

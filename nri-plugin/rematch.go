@@ -38,7 +38,7 @@ func kept(f policy.Facts, c *config.Config) (_ policy.Facts, whole bool, named m
 	labels, ann := namedKeys(c)
 	f.Labels, f.Annotations = only(f.Labels, labels, ""), only(f.Annotations, ann, f.Container)
 	if factsSize(f) > factsBudget {
-		return policy.Facts{Namespace: f.Namespace, Pod: f.Pod, Container: f.Container, OOMScoreAdj: f.OOMScoreAdj, OOMGroup: f.OOMGroup}, false, nil
+		return policy.Facts{Namespace: f.Namespace, Pod: f.Pod, Container: f.Container, QoS: f.QoS, OOMScoreAdj: f.OOMScoreAdj, OOMGroup: f.OOMGroup, Inputs: f.Inputs}, false, nil
 	}
 	named = labels
 	for k := range ann {

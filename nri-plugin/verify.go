@@ -120,15 +120,16 @@ func (p *Plugin) verify(g *guard, phase string) {
 		return
 	}
 	p.reg.seen(g)
-	if g.plan.Score != nil {
-		switch n, _ := p.enforceScore(g, c, phase); {
-		case n > 0 && phase == "verify":
-			p.m.drift.WithLabelValues(enforce.SettingScore).Add(float64(n))
-			p.log.Info("drift corrected", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
-		case n > 0 && phase == "update":
+	if g.plan.Score == nil {
+		return
+	}
+	if phase != "verify" {
+		if n, _ := p.enforceScore(g, c, phase); n > 0 && phase == "update" {
 			p.log.Info("set again after an update", g.attrs("processes", n, enforce.SettingScore, *g.plan.Score)...)
 		}
+		return
 	}
+	p.verifyScore(g, c)
 }
 
 // countKills counts the OOM kills memory.events reports since the last look

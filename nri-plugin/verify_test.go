@@ -269,6 +269,10 @@ func (rn *rotationNode) corrected(i int) int {
 func TestVerifierRotation(t *testing.T) {
 	const n = 40
 	rn := newRotationNode(t, n+1) // the last joins mid-interval
+	// Each drifts again after each turn, as another writer would: fought here, not yielded to.
+	cfg := *rn.p.cfg.Load()
+	cfg.NRI.YieldToOtherWriters = false
+	rn.p.cfg.Store(&cfg)
 	for i := range n {
 		rn.start(i)
 	}

@@ -213,26 +213,54 @@ func setScore(d *kernel.ProcDir, pid, want int, ch Change, mayWrite func() error
 // is gone, not an error: nothing was written to it. A part of the tree it
 // cannot read is left out alone, as a *kernel.UnreadError among errs.
 func (c *Container) Scores(want int) (changed int, errs []error) {
+	r := c.SetScores(want, true)
+	return r.Changed, r.Errs
+}
+
+// ScoreReport is a pass over a container's processes' scores.
+type ScoreReport struct {
+	Changed int    // written to want
+	Differ  int    // found with another score, written or not
+	Found   string // the first other score found
+	Errs    []error
+}
+
+// SetScores is Scores saying what it found; with write false it only
+// reads, and changes nothing.
+func (c *Container) SetScores(want int, write bool) ScoreReport {
+	var r ScoreReport
+	differ := func(from string) {
+		if r.Differ++; r.Differ == 1 {
+			r.Found = from
+		}
+	}
 	err := kernel.WalkCgroup(c.n.root, c.n.mode, c.cgroup, func(d *kernel.CgroupDir) error {
 		pids, err := d.Procs()
 		if err != nil {
 			return err
 		}
 		for _, pid := range pids {
+			if !write {
+				if v, err := kernel.ReadOOMScoreAdj(c.n.root, pid); err == nil && v != want {
+					differ(itoa(v))
+				}
+				continue
+			}
 			ch := c.scoreIn(d, pid, want)
 			if ch.Err != nil && ch.What != Refused && !kernel.IsGone(ch.Err) {
-				errs = append(errs, ch.Err)
+				r.Errs = append(r.Errs, ch.Err)
 			}
 			if ch.What == Changed {
-				changed++
+				r.Changed++
+				differ(ch.From)
 			}
 		}
 		return nil
 	})
 	if err != nil && !kernel.IsGone(err) {
-		errs = append(errs, err)
+		r.Errs = append(r.Errs, err)
 	}
-	return changed, errs
+	return r
 }
 
 // scoreIn is Score for a pid the walk found in d, its score read first:

@@ -16,6 +16,7 @@ import (
 	"github.com/oomguard/oomguard/internal/kernel"
 	"github.com/oomguard/oomguard/internal/policy"
 	"github.com/oomguard/oomguard/internal/safeio"
+	"github.com/oomguard/oomguard/internal/score"
 )
 
 // UnifiedOOMGroup is the key of memory.oom.group among a container's unified
@@ -142,7 +143,13 @@ func (s *Spec) CgroupsPath() string {
 
 // Resources is the part of the spec's linux resources the policy reads.
 type Resources struct {
+	Memory  *Memory           `json:"memory,omitempty"`
 	Unified map[string]string `json:"unified,omitempty"`
+}
+
+// Memory is the part of the spec's memory resources the policy reads.
+type Memory struct {
+	Limit *int64 `json:"limit,omitempty"`
 }
 
 // FromOCI reads what the runtime put into a container's spec and state. The
@@ -201,10 +208,46 @@ func FromOCI(root string, st *specs.State, sp *Spec) (policy.Facts, []error) {
 		cgroupsPath = sp.Linux.CgroupsPath
 		if r := sp.Linux.Resources; r != nil {
 			f.OOMGroup = ParseGroup(r.Unified)
+			var limit *int64
+			if r.Memory != nil {
+				limit = r.Memory.Limit
+			}
+			f.Inputs = Inputs(true, limit, r.Unified, f.Annotations, f.Container)
 		}
 	}
 	f.QoS = policy.InferQoS(cgroupsPath, f.OOMScoreAdj)
 	return f, warnings
+}
+
+// Inputs are the score formulas' inputs a runtime's spec holds: the
+// memory limit (none when the spec has resources without one), the
+// request where kubelet's Memory QoS wrote it (memory.min, or memory.low
+// for Burstable pods under TieredReservation; "0" says nothing, as kubelet
+// writes it when it reserves nothing), and, for the policy to trust or not,
+// the pod's score-inputs annotation. The node's capacity is the caller's.
+func Inputs(hasResources bool, limit *int64, unified, annotations map[string]string, container string) score.Inputs {
+	var in score.Inputs
+	if hasResources {
+		in.Limit = score.Input{From: score.FromLimit}
+		if limit != nil && *limit > 0 {
+			in.Limit.Value = *limit
+		}
+	}
+	for _, key := range []string{"memory.min", "memory.low"} {
+		if v, err := strconv.ParseInt(unified[key], 10, 64); err == nil && v > 0 {
+			in.Request = score.Input{Value: v, From: key}
+			break
+		}
+	}
+	if v, ok := annotations[score.AnnotationInputs]; ok {
+		if p, r, err := score.ParseInputs(v, container); err == nil {
+			in.Priority = p
+			if !in.Request.Known() {
+				in.Request = r
+			}
+		}
+	}
+	return in
 }
 
 // crioHandler is the runtime handler of a CRI-O container's pod: CRI-O

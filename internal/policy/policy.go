@@ -13,6 +13,7 @@ import (
 
 	"github.com/oomguard/oomguard/config"
 	"github.com/oomguard/oomguard/internal/glob"
+	"github.com/oomguard/oomguard/internal/score"
 )
 
 // Annotation keys. Each follows the NRI convention: KEY/container.NAME for
@@ -42,6 +43,11 @@ type Facts struct {
 	// As the runtime would create the container; nil when unknown.
 	OOMScoreAdj *int
 	OOMGroup    *bool
+
+	// What a rule's formula reads (QoS aside), and who vouched for each:
+	// the runtime's spec, the node, or the admission policies' annotation,
+	// which counts only where the configuration trusts it.
+	Inputs score.Inputs
 }
 
 // Decision is what a container must get. Nil values are left as they are.
@@ -51,6 +57,9 @@ type Decision struct {
 	Rule        string   // the rule that matched, "" for none
 	Reasons     []string // why, for the log
 	Rejected    []Rejection
+	// Missing is the input the rule's formula lacked (score.Missing), the
+	// spec's score then kept; "" otherwise.
+	Missing string
 }
 
 // Rejection is an annotation that was not applied, and why.
@@ -70,6 +79,10 @@ type Policy struct {
 	rules   []rule
 	ann     config.Annotations
 	trusted []glob.Pattern
+	scores  config.Scores
+	bands   []score.Band
+	// capacity is scores.capacity in bytes, 0 for the node's own.
+	capacity int64
 }
 
 type rule struct {
@@ -82,7 +95,12 @@ type rule struct {
 // key or the rule.
 func New(c *config.Config) (*Policy, error) {
 	var errs []error
-	p := &Policy{ann: c.Annotations}
+	p := &Policy{ann: c.Annotations, scores: c.Scores, bands: c.Scores.ScoreBands()}
+	capacity, err := c.Scores.CapacityBytes()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("scores.capacity %w", err))
+	}
+	p.capacity = capacity
 	for _, g := range c.Annotations.TrustedNamespaces {
 		re, err := glob.Parse(g, c.Compiled)
 		if err != nil {
@@ -114,9 +132,14 @@ func (p *Policy) Decide(f *Facts) Decision {
 			continue
 		}
 		d.Rule = r.Name
-		d.OOMScoreAdj = clone(r.OOMScoreAdj)
 		d.OOMGroup = clone(r.OOMGroup)
 		d.Reasons = append(d.Reasons, "matched rule "+strconv.Quote(r.Name))
+		if s := r.OOMScoreAdj; s != nil && s.Formula != "" {
+			p.compute(f, s.Formula, &d)
+		} else if s != nil {
+			v := s.Value
+			d.OOMScoreAdj = &v
+		}
 		break
 	}
 	if d.Rule == "" {
@@ -124,6 +147,71 @@ func (p *Policy) Decide(f *Facts) Decision {
 	}
 	p.applyAnnotations(f, &d)
 	return d
+}
+
+// Formulas reports whether a rule's score is a formula: the caller then
+// gives the node's capacity among the facts' inputs.
+func (p *Policy) Formulas() bool {
+	for _, r := range p.rules {
+		if r.OOMScoreAdj != nil && r.OOMScoreAdj.Formula != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Inputs are f's inputs as the policy reads them: the configuration's
+// capacity over the node's, and the admission annotation's values only
+// where scores.admission_inputs trusts them.
+func (p *Policy) Inputs(f *Facts) score.Inputs {
+	in := f.Inputs
+	in.QoS = f.QoS
+	if p.capacity > 0 {
+		in.Capacity = score.Input{Value: p.capacity, From: score.FromConfig}
+	}
+	if !p.scores.AdmissionInputs || contradicted(f) {
+		if in.Request.From == score.FromAdmission {
+			in.Request = score.Input{}
+		}
+		if in.Priority.From == score.FromAdmission {
+			in.Priority = score.Input{}
+		}
+	}
+	return in
+}
+
+// contradicted reports whether kubelet's own score in the spec gives the
+// lie to the admission annotation: a node-critical priority kubelet did
+// not score as such, or a request larger than the one kubelet scored (its
+// sidecar and pod-level rules only ever lower a score).
+func contradicted(f *Facts) bool {
+	if f.OOMScoreAdj == nil {
+		return false
+	}
+	in := f.Inputs
+	if in.Priority.From == score.FromAdmission && in.Priority.Value >= score.NodeCriticalPriority && *f.OOMScoreAdj != score.Guaranteed {
+		return true
+	}
+	return in.Request.From == score.FromAdmission && f.QoS == QoSBurstable && in.Capacity.From == score.FromMeminfo &&
+		score.KubeletLinear(in.Request.Value, in.Capacity.Value) < *f.OOMScoreAdj
+}
+
+// compute sets the score the rule's formula gives, or keeps the spec's
+// where an input is missing, saying which.
+func (p *Policy) compute(f *Facts, formula string, d *Decision) {
+	in := p.Inputs(f)
+	v, err := score.Compute(formula, in, p.bands)
+	if m := (*score.Missing)(nil); errors.As(err, &m) || err != nil {
+		d.Missing = "formula"
+		if m != nil {
+			d.Missing = m.Input
+		}
+		d.Reasons = append(d.Reasons, fmt.Sprintf("%s formula: %v; the spec's score kept", formula, err))
+		return
+	}
+	d.OOMScoreAdj = &v
+	d.Reasons = append(d.Reasons, fmt.Sprintf("%s formula: %d from request %s, limit %s, capacity %s, priority %s",
+		formula, v, in.Request, in.Limit, in.Capacity, in.Priority))
 }
 
 func (p *Policy) applyAnnotations(f *Facts, d *Decision) {

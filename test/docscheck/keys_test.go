@@ -25,7 +25,8 @@ func tomlKeys(prefix string, t reflect.Type) []string {
 		t = t.Elem()
 	}
 	textual := reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]())
-	if t.Kind() != reflect.Struct || textual {
+	_, ownTOML := reflect.PointerTo(t).MethodByName("UnmarshalTOML") // a value of its own form
+	if t.Kind() != reflect.Struct || textual || ownTOML {
 		return []string{prefix}
 	}
 	var out []string

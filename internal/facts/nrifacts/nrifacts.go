@@ -42,7 +42,14 @@ func FromNRI(pod *api.PodSandbox, ctr *api.Container, runtime string) policy.Fac
 		s := int(v.GetValue())
 		f.OOMScoreAdj = &s
 	}
-	f.OOMGroup = facts.ParseGroup(lin.GetResources().GetUnified())
+	res := lin.GetResources()
+	f.OOMGroup = facts.ParseGroup(res.GetUnified())
+	var limit *int64
+	if l := res.GetMemory().GetLimit(); l != nil {
+		v := l.GetValue()
+		limit = &v
+	}
+	f.Inputs = facts.Inputs(res != nil, limit, res.GetUnified(), ann, f.Container)
 	f.QoS = policy.InferQoS(pod.GetLinux().GetCgroupParent(), nil)
 	if f.QoS == "" {
 		f.QoS = policy.InferQoS(lin.GetCgroupsPath(), f.OOMScoreAdj)

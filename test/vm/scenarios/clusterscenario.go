@@ -200,7 +200,8 @@ func driveCluster(rt vm.Runtime) func(ctx context.Context, c *vm.Cluster) error 
 			vm.Step{Name: "another NRI plugin", Run: r.otherPlugin},
 		)
 		if rt.Component != vm.Containerd17.Component { // the chart's upgrade: no runtime's part in it but the plugin's restart
-			steps = append(steps, vm.Step{Name: "helm upgrade", Run: r.upgrade})
+			steps = append(steps, vm.Step{Name: "helm upgrade", Run: r.upgrade},
+				vm.Step{Name: "score formulas", Run: r.scores})
 		}
 		steps = append(steps, vm.Step{Name: "rollout with surge", Run: r.surge},
 			vm.Step{Name: "plugin killed", Run: r.crash})

@@ -1,0 +1,168 @@
+//go:build e2e
+
+// Package scoreinputs proves the chart's score-inputs policies on a real
+// API server.
+package scoreinputs
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oomguard/oomguard/internal/score"
+	"github.com/oomguard/oomguard/test/controlplane"
+	"github.com/oomguard/oomguard/test/testbin"
+)
+
+const key = score.AnnotationInputs
+
+// The chart's score-inputs policies on a real API server: each new pod
+// gets its priority and its containers' memory requests in the annotation,
+// which the plugin's parser reads back; a pod that writes its own value
+// gets the spec's instead, and no later update adds or changes it.
+func TestE2EScoreInputsAdmission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	repo, err := testbin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := testbin.ComponentFor(t, "helm", "helm")
+	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
+	kubectl := cp.KubectlFor(ctx, t)
+	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
+		"--set", "scores.admissionInputs=true", "--set-string", "config=[scores]\nadmission_inputs = true\n",
+		"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+		"--show-only", "templates/score-inputs.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	kubectl("", "create", "namespace", "gpu")
+	// A pod from before the policies: no annotation.
+	kubectl(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"before","namespace":"gpu"},"spec":{"containers":[{"name":"main","image":"registry.example/app:1"}]}}`, "create", "-f", "-")
+	kubectl(string(rendered), "apply", "-f", "-")
+	kubectl(`{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"platform"},"value":1000000}`, "create", "-f", "-")
+
+	// admit creates a pod (server-side dry run) and returns its
+	// annotations as admitted, or the API server's refusal.
+	admit := func(pod string) (map[string]string, error) {
+		out, err := cp.Kubectl(ctx, []byte(pod), "create", "--dry-run=server", "-o", "json", "-f", "-")
+		if err != nil {
+			return nil, err
+		}
+		var got struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("the admitted pod: %v\n%s", err, out)
+		}
+		return got.Metadata.Annotations, nil
+	}
+	plain := podJSON("p", "", nil, container("main", "500Mi", "1Gi"))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		a, err := admit(plain)
+		if err == nil && a[key] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no annotation added after a minute: %v %v\n%s", a, err, cp.Logs(20))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  string
+		want string // the annotation as admitted
+	}{
+		{"one container", plain, "priority=0;requests=main:524288000"},
+		{"a priority class, two containers and an init container", podJSON("q", "platform", nil, container("main", "64Gi", ""), container("side", "", "")),
+			"priority=1000000;requests=main:68719476736,side:0,setup:1000"},
+		{"decimal units and no requests", podJSON("r", "", nil, container("main", "2G", "4G"), container("cpu-only", "", "")),
+			"priority=0;requests=main:2000000000,cpu-only:0"},
+		{"a forged value replaced", podJSON("s", "", map[string]string{key: "priority=2000001000;requests=main:1099511627776"}, container("main", "50Mi", "")),
+			"priority=0;requests=main:52428800"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.Contains(tc.name, "init container") {
+				tc.pod = withInit(tc.pod, container("setup", "1k", ""))
+			}
+			a, err := admit(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a[key] != tc.want {
+				t.Fatalf("admitted %s=%q, want %q", key, a[key], tc.want)
+			}
+			p, r, err := score.ParseInputs(a[key], "main")
+			if err != nil || !p.Known() || !r.Known() {
+				t.Fatalf("the plugin cannot read %q: %v %v %v", a[key], p, r, err)
+			}
+		})
+	}
+
+	// Later updates cannot add or change it.
+	kubectl(podJSON("held", "", nil, container("main", "500Mi", "")), "create", "-f", "-")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		refused bool
+	}{
+		{name: "changed", args: []string{"annotate", "-n", "gpu", "pod/held", "--overwrite", key + "=priority=0;requests=main:68719476736"}, refused: true},
+		{name: "added to a pod the policy did not annotate", args: []string{"annotate", "-n", "gpu", "pod/before", key + "=priority=0;requests=main:1"}, refused: true},
+		{name: "a label", args: []string{"label", "-n", "gpu", "pod/held", "team=ml"}},
+		{name: "another annotation", args: []string{"annotate", "-n", "gpu", "pod/held", "example.com/owner=ml"}},
+		{name: "removed", args: []string{"annotate", "-n", "gpu", "pod/held", key + "-"}},
+	} {
+		t.Run("update: "+tc.name, func(t *testing.T) {
+			out, err := cp.Kubectl(ctx, nil, append(tc.args, "--dry-run=server")...)
+			if tc.refused {
+				if err == nil || !strings.Contains(err.Error(), "is written by oomguard") {
+					t.Fatalf("admitted (%v): %s", err, out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func container(name, request, limit string) map[string]any {
+	c := map[string]any{"name": name, "image": "registry.example/app:1"}
+	res := map[string]any{}
+	if request != "" {
+		res["requests"] = map[string]any{"memory": request}
+	}
+	if limit != "" {
+		res["limits"] = map[string]any{"memory": limit}
+	}
+	if len(res) > 0 {
+		c["resources"] = res
+	}
+	return c
+}
+
+// podJSON is a pod in namespace gpu as kubectl reads it.
+func podJSON(name, priorityClass string, annotations map[string]string, containers ...map[string]any) string {
+	spec := map[string]any{"containers": containers}
+	if priorityClass != "" {
+		spec["priorityClassName"] = priorityClass
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": "gpu", "annotations": annotations}, "spec": spec})
+	return string(b)
+}
+
+func withInit(pod string, c map[string]any) string {
+	var m map[string]any
+	json.Unmarshal([]byte(pod), &m)
+	m["spec"].(map[string]any)["initContainers"] = []any{c}
+	b, _ := json.Marshal(m)
+	return string(b)
+}

@@ -131,6 +131,36 @@ func TestE2EScoreInputsAdmission(t *testing.T) {
 			}
 		})
 	}
+	refusesForged(ctx, t, cp)
+}
+
+// refusesForged: with the mutation away (its binding deleted, as where the
+// API server skipped it), the validating policy alone refuses a pod that
+// brings its own value, and admits one with its spec's, or none.
+func refusesForged(ctx context.Context, t *testing.T, cp *controlplane.Cluster) {
+	if _, err := cp.Kubectl(ctx, nil, "delete", "mutatingadmissionpolicybinding", "oomguard-score-inputs"); err != nil {
+		t.Fatal(err)
+	}
+	create := func(ann map[string]string) error {
+		_, err := cp.Kubectl(ctx, []byte(podJSON("f", "", ann, container("main", "50Mi", ""))), "create", "--dry-run=server", "-f", "-")
+		return err
+	}
+	forged := map[string]string{key: "priority=0;requests=main:68719476736"}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		err := create(forged)
+		if err != nil && strings.Contains(err.Error(), "is written by oomguard from the pod spec: want priority=0;requests=main:52428800") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a forged value without the mutation: %v, want refused naming the spec's value", err)
+		}
+	}
+	if err := create(map[string]string{key: "priority=0;requests=main:52428800"}); err != nil {
+		t.Errorf("the spec's own value refused: %v", err)
+	}
+	if err := create(nil); err != nil {
+		t.Errorf("a pod without the annotation refused: %v", err)
+	}
 }
 
 func container(name, request, limit string) map[string]any {

@@ -233,7 +233,7 @@ func Inputs(hasResources bool, limit *int64, unified, annotations map[string]str
 			in.Limit.Value = *limit
 		}
 	}
-	for _, key := range []string{"memory.min", "memory.low"} {
+	for _, key := range []string{score.FromMemoryMin, score.FromMemoryLow} {
 		if v, err := strconv.ParseInt(unified[key], 10, 64); err == nil && v > 0 {
 			in.Request = score.Input{Value: v, From: key}
 			break

@@ -201,9 +201,9 @@ func contradicted(f *Facts) bool {
 func (p *Policy) compute(f *Facts, formula string, d *Decision) {
 	in := p.Inputs(f)
 	v, err := score.Compute(formula, in, p.bands)
-	if m := (*score.Missing)(nil); errors.As(err, &m) || err != nil {
+	if err != nil {
 		d.Missing = "formula"
-		if m != nil {
+		if m := (*score.Missing)(nil); errors.As(err, &m) {
 			d.Missing = m.Input
 		}
 		d.Reasons = append(d.Reasons, fmt.Sprintf("%s formula: %v; the spec's score kept", formula, err))

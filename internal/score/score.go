@@ -73,7 +73,8 @@ func (i Input) String() string {
 
 // Where inputs come from, as logs and the doctor say.
 const (
-	FromMemoryMin = "memory.min"      // kubelet's Memory QoS writes the request there
+	FromMemoryMin = "memory.min"      // kubelet's Memory QoS writes the request there (1.34; Guaranteed pods under TieredReservation)
+	FromMemoryLow = "memory.low"      // and there for Burstable pods under TieredReservation (1.37)
 	FromLimit     = "runtime limit"   // the container's memory limit in its spec
 	FromAdmission = "admission"       // the chart's MutatingAdmissionPolicy, from the pod's spec
 	FromMeminfo   = "/proc/meminfo"   // MemTotal, what kubelet takes as the node's capacity

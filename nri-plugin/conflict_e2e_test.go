@@ -15,10 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oomguard/oomguard/test/nriruntime"
 	"github.com/oomguard/oomguard/test/runcbundle"
-	"github.com/oomguard/oomguard/test/syncbuf"
-	"github.com/oomguard/oomguard/test/testbin"
 )
 
 // The plugin binary keeps a runc container on this host at its rule's
@@ -27,31 +24,13 @@ import (
 // intervals the plugin reports the conflict, naming the value it found,
 // and after the back-off leaves the process at the other writer's value.
 func TestE2ESecondWriterLeftAlone(t *testing.T) {
-	if err := runcbundle.Available(); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
-	if err != nil {
-		t.Fatal(err)
-	}
 	shipped, err := os.ReadFile(shippedConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(cfg, bytes.Replace(shipped, []byte(`verify_interval = "60s"`), []byte(`verify_interval = "1s"`), 1), 0o644)
-	rt, err := nriruntime.Start(nriDir(t), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Stop()
-	var log syncbuf.Buffer
-	rt.PluginLog = &log
-	plugin, err := rt.StartPlugin(bin, "--config", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { plugin.Process.Kill(); plugin.Wait() }()
+	rt, log := pluginOnRuntime(t, cfg)
 
 	b, err := runcbundle.New(filepath.Join(t.TempDir(), "nri"), "/sbin/init")
 	if err != nil {
@@ -106,12 +85,12 @@ func TestE2ESecondWriterLeftAlone(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	if !logsWithin(&log, `msg="another writer keeps changing the container's oom_score_adj`, 20*time.Second) {
+	if !logsWithin(log, `msg="another writer keeps changing the container's oom_score_adj`, 20*time.Second) {
 		close(stop)
 		t.Fatalf("no conflict reported\nplugin:\n%s", log.String())
 	}
 	conflict := time.Since(start)
-	if !logsWithin(&log, `msg="left the container's oom_score_adj to the other writer`, 20*time.Second) {
+	if !logsWithin(log, `msg="left the container's oom_score_adj to the other writer`, 20*time.Second) {
 		close(stop)
 		t.Fatalf("not left to the other writer\nplugin:\n%s", log.String())
 	}

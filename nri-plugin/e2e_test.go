@@ -22,26 +22,7 @@ import (
 // runc create, StartContainer, runc start): the container's processes read
 // the rule's score from inside, and the plugin claimed nothing at creation.
 func TestE2ESetUpBeforeRuncStarts(t *testing.T) {
-	if err := runcbundle.Available(); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := nriruntime.Start(nriDir(t), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Stop()
-	var log syncbuf.Buffer
-	rt.PluginLog = &log
-	plugin, err := rt.StartPlugin(bin, "--config", shippedConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { plugin.Process.Kill(); plugin.Wait() }()
-
+	rt, log := pluginOnRuntime(t, shippedConfig)
 	b, err := runcbundle.New(filepath.Join(t.TempDir(), "nri"), "/sbin/init")
 	if err != nil {
 		t.Fatal(err)
@@ -71,4 +52,31 @@ func TestE2ESetUpBeforeRuncStarts(t *testing.T) {
 	if v2 := kernel.DetectMode("/") == kernel.ModeV2; !v2 && !strings.Contains(log.String(), "unsupported on cgroup v1") {
 		t.Fatalf("the plugin did not report the group unsupported:\n%s", log.String())
 	}
+}
+
+// pluginOnRuntime runs the plugin's binary with the configuration at
+// config, connected to NRI's runtime side over its socket; what it logs is
+// in the buffer.
+func pluginOnRuntime(t *testing.T, config string) (*nriruntime.Runtime, *syncbuf.Buffer) {
+	t.Helper()
+	if err := runcbundle.Available(); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := testbin.Program(t.TempDir(), "oomguard-nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := nriruntime.Start(nriDir(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	log := &syncbuf.Buffer{}
+	rt.PluginLog = log
+	plugin, err := rt.StartPlugin(bin, "--config", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plugin.Process.Kill(); plugin.Wait() })
+	return rt, log
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -320,6 +321,25 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 		return out, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
+}
+
+// Admitted creates the object in manifest as a server-side dry run, and
+// returns its annotations as the API server's admission left them, or the
+// API server's refusal.
+func (c *Cluster) Admitted(ctx context.Context, manifest string) (map[string]string, error) {
+	out, err := c.Kubectl(ctx, []byte(manifest), "create", "--dry-run=server", "-o", "json", "-f", "-")
+	if err != nil {
+		return nil, err
+	}
+	var got struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		return nil, fmt.Errorf("the admitted object: %w\n%s", err, out)
+	}
+	return got.Metadata.Annotations, nil
 }
 
 // KubectlFor is Kubectl for a test: stdin "" for none, the output trimmed;

@@ -51,22 +51,8 @@ func TestE2EFailClosedAdmission(t *testing.T) {
 	kubectl("", "label", "namespace", "guarded", "oomguard.io/fail-closed=true")
 	kubectl("", "create", "namespace", "free")
 
-	// admit creates a pod (server-side dry run: no node is needed) and
-	// returns its annotations as admitted, or the API server's refusal.
 	admit := func(ns string, annotations map[string]string) (map[string]string, error) {
-		out, err := cp.Kubectl(ctx, []byte(podJSON(ns, "p", annotations)), "create", "--dry-run=server", "-o", "json", "-f", "-")
-		if err != nil {
-			return nil, err
-		}
-		var got struct {
-			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(out, &got); err != nil {
-			t.Fatalf("the admitted pod: %v\n%s", err, out)
-		}
-		return got.Metadata.Annotations, nil
+		return cp.Admitted(ctx, podJSON(ns, "p", annotations))
 	}
 	// The policies are in force once the API server has read them.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {

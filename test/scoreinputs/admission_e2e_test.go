@@ -47,23 +47,7 @@ func TestE2EScoreInputsAdmission(t *testing.T) {
 	kubectl(string(rendered), "apply", "-f", "-")
 	kubectl(`{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"platform"},"value":1000000}`, "create", "-f", "-")
 
-	// admit creates a pod (server-side dry run) and returns its
-	// annotations as admitted, or the API server's refusal.
-	admit := func(pod string) (map[string]string, error) {
-		out, err := cp.Kubectl(ctx, []byte(pod), "create", "--dry-run=server", "-o", "json", "-f", "-")
-		if err != nil {
-			return nil, err
-		}
-		var got struct {
-			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(out, &got); err != nil {
-			t.Fatalf("the admitted pod: %v\n%s", err, out)
-		}
-		return got.Metadata.Annotations, nil
-	}
+	admit := func(pod string) (map[string]string, error) { return cp.Admitted(ctx, pod) }
 	plain := podJSON("p", "", nil, container("main", "500Mi", "1Gi"))
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
 		a, err := admit(plain)

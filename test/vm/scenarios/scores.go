@@ -63,13 +63,13 @@ func (r *clusterRun) scores(ctx context.Context) error {
 		return vm.Pod{Name: name, Namespace: "scores", Command: []string{"/bin/sleep", "2147483647"}, Memory: memory, CPU: "none", Annotations: ann}
 	}
 	var pods []vm.Pod
-	for _, mi := range []int64{8, 32, 96, 256} {
+	for _, mi := range []int64{16, 32, 96, 256} { // a pod under 12Mi has no sandbox
 		pods = append(pods, pod(fmt.Sprintf("s-%d", mi), fmt.Sprintf("%dMi", mi), nil))
 		want[pods[len(pods)-1].Name] = strconv.Itoa(score.Log(mi<<20, mi<<20, capacity))
 	}
-	forged := pod("forged", "8Mi", map[string]string{score.AnnotationInputs: "priority=2000001000;requests=main:68719476736"})
+	forged := pod("forged", "16Mi", map[string]string{score.AnnotationInputs: "priority=2000001000;requests=main:68719476736"})
 	pods = append(pods, forged)
-	want[forged.Name] = want["s-8"]
+	want[forged.Name] = want["s-16"]
 	for _, p := range pods {
 		if _, err := r.StartPod(ctx, p); err != nil {
 			return err
@@ -92,10 +92,10 @@ func (r *clusterRun) scores(ctx context.Context) error {
 		return fmt.Errorf("scores %v: want four distinct", got)
 	}
 	ann, err := r.Kubectl(ctx, "-n", "scores", "get", "pod", "forged", "-o", `jsonpath={.metadata.annotations.score-inputs\.oomguard\.io}`)
-	if err != nil || strings.TrimSpace(string(ann)) != "priority=0;requests=main:8388608" {
+	if err != nil || strings.TrimSpace(string(ann)) != "priority=0;requests=main:16777216" {
 		return fmt.Errorf("the forged pod was admitted with %s=%q (%v), want its spec's", score.AnnotationInputs, ann, err)
 	}
-	r.Note("%s: score formulas, logarithmic on a 2Ti node (requests = limits of 8Mi, 32Mi, 96Mi, 256Mi, and a pod forging 64Gi): %s",
+	r.Note("%s: score formulas, logarithmic on a 2Ti node (requests = limits of 16Mi, 32Mi, 96Mi, 256Mi, and a pod forging 64Gi): %s",
 		r.rt.Component, strings.Join(got, " "))
 	return nil
 }

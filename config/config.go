@@ -144,7 +144,7 @@ func ParseBytes(v string) (int64, error) {
 	if v == "" {
 		return 0, nil
 	}
-	num := strings.TrimRight(v, "KMGTPkimi")
+	num := strings.TrimRight(v, "KMGTPki")
 	unit := int64(1)
 	switch v[len(num):] {
 	case "":

@@ -1,7 +1,5 @@
 //go:build e2e
 
-// Package scoreinputs proves the chart's score-inputs policies on a real
-// API server.
 package scoreinputs
 
 import (

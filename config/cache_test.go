@@ -66,7 +66,7 @@ func TestFindCachedRefusesForgedEntries(t *testing.T) {
 	want, _ := Parse(text)
 	want.Compiled = compiledOf(want)
 	forged, _ := Parse(text)
-	forged.Rules = append([]Rule{{Name: "forged", OOMScoreAdj: Number(-1000)}}, forged.Rules...)
+	forged.Rules = append([]Rule{{Name: "forged", OOMScoreAdj: &Score{Value: -1000}}}, forged.Rules...)
 	forgedJSON, _ := json.Marshal(forged)
 	withUnknown := strings.Replace(string(forgedJSON), `{"Strict"`, `{"Unknown":1,"Strict"`, 1)
 	// A compiled command that would send the matcher outside its program.

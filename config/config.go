@@ -77,9 +77,6 @@ type Score struct {
 	Formula string // "" for Value
 }
 
-// Number is a fixed score.
-func Number(v int) *Score { return &Score{Value: v} }
-
 // UnmarshalTOML implements toml.Unmarshaler: an integer or a formula's
 // name, which Validate checks.
 func (s *Score) UnmarshalTOML(v any) error {
@@ -92,13 +89,6 @@ func (s *Score) UnmarshalTOML(v any) error {
 		return fmt.Errorf("oom_score_adj %v: want a value from -1000 to 1000, or one of %s", v, strings.Join(score.Formulas, ", "))
 	}
 	return nil
-}
-
-func (s Score) String() string {
-	if s.Formula != "" {
-		return s.Formula
-	}
-	return strconv.Itoa(s.Value)
 }
 
 // Scores are what a rule's formula reads besides the container's own
@@ -114,24 +104,7 @@ type Scores struct {
 	AdmissionInputs bool `toml:"admission_inputs"`
 	// Bands are the priority formula's, the first that holds a pod's
 	// priority placing its containers.
-	Bands []Band `toml:"band"`
-}
-
-// Band maps a range of pod priorities to a range of scores.
-type Band struct {
-	MinPriority    int64 `toml:"min_priority"`
-	MaxPriority    int64 `toml:"max_priority"`
-	MinOOMScoreAdj int   `toml:"min_oom_score_adj"`
-	MaxOOMScoreAdj int   `toml:"max_oom_score_adj"`
-}
-
-// ScoreBands are the bands as package score reads them.
-func (s *Scores) ScoreBands() []score.Band {
-	bands := make([]score.Band, len(s.Bands))
-	for i, b := range s.Bands {
-		bands[i] = score.Band{MinPriority: b.MinPriority, MaxPriority: b.MaxPriority, MinScore: b.MinOOMScoreAdj, MaxScore: b.MaxOOMScoreAdj}
-	}
-	return bands
+	Bands []score.Band `toml:"band"`
 }
 
 // CapacityBytes is scores.capacity in bytes, 0 when it is "".
@@ -213,9 +186,9 @@ func InRange(v int) bool { return v >= MinScore && v <= MaxScore }
 
 // QoS classes, as match.qos names them (any case) and kubelet's cgroups do.
 const (
-	QoSGuaranteed = "guaranteed"
-	QoSBurstable  = "burstable"
-	QoSBestEffort = "besteffort"
+	QoSGuaranteed = score.QoSGuaranteed
+	QoSBurstable  = score.QoSBurstable
+	QoSBestEffort = score.QoSBestEffort
 )
 
 // Doctor holds the settings of oomguard-doctor.
@@ -534,8 +507,8 @@ func (c *Config) Validate() error {
 		if b.MinPriority > b.MaxPriority || b.MinPriority < math.MinInt32 || b.MaxPriority > math.MaxInt32 {
 			add("scores.band #%d: priorities %d..%d: want min_priority <= max_priority, both 32-bit", i+1, b.MinPriority, b.MaxPriority)
 		}
-		if !InRange(b.MinOOMScoreAdj) || !InRange(b.MaxOOMScoreAdj) || b.MinOOMScoreAdj > b.MaxOOMScoreAdj {
-			add("scores.band #%d: oom_score_adj %d..%d: want min_oom_score_adj <= max_oom_score_adj, from -1000 to 1000", i+1, b.MinOOMScoreAdj, b.MaxOOMScoreAdj)
+		if !InRange(b.MinScore) || !InRange(b.MaxScore) || b.MinScore > b.MaxScore {
+			add("scores.band #%d: oom_score_adj %d..%d: want min_oom_score_adj <= max_oom_score_adj, from -1000 to 1000", i+1, b.MinScore, b.MaxScore)
 		}
 	}
 	if !InRange(c.Annotations.MinOOMScoreAdj) {

@@ -37,12 +37,12 @@ func (n *node) checkFormulas() (Finding, bool) {
 		return Finding{}, false
 	}
 	f := Finding{Check: "score-formulas", Severity: Info}
-	ctrs, err := n.scoredContainers()
+	ctrs, capacity, err := n.scoredContainers()
 	if err != nil {
 		f.Summary = fmt.Sprintf("containers not scored: %v", err)
 		return f, true
 	}
-	return formulasFinding(ctrs, n.capacity()), true
+	return formulasFinding(ctrs, capacity), true
 }
 
 // formulasFinding ranks the containers by the logarithmic formula.
@@ -77,34 +77,26 @@ func formulasFinding(ctrs []scoredCtr, capacity score.Input) Finding {
 	return f
 }
 
-// capacity is the formulas' node memory: the configuration's, else MemTotal.
-func (n *node) capacity() score.Input {
-	if b, err := n.cfg.Scores.CapacityBytes(); err == nil && b > 0 {
-		return score.Input{Value: b, From: score.FromConfig}
-	}
-	if n.memErr != nil {
-		return score.Input{}
-	}
-	return score.Input{Value: n.mem.TotalKB << 10, From: score.FromMeminfo}
-}
-
 // scoredContainers asks the runtime what it started each running
-// container with, and scores it as oomguard-nri would.
-func (n *node) scoredContainers() ([]scoredCtr, error) {
+// container with, and scores it as oomguard-nri would; capacity is the
+// node memory the formulas divided by.
+func (n *node) scoredContainers() (_ []scoredCtr, capacity score.Input, _ error) {
 	pol, err := policy.New(n.cfg)
 	if err != nil {
-		return nil, err
+		return nil, capacity, err
 	}
+	node := facts.Capacity(n.mem, n.memErr)
+	capacity = pol.Capacity(node)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, err := cri.Dial(n.root, n.endpoint)
 	if err != nil {
-		return nil, err
+		return nil, capacity, err
 	}
 	defer c.Close()
 	pods, err := c.Sandboxes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, capacity, err
 	}
 	byID := map[string]*cri.Sandbox{}
 	for i := range pods {
@@ -112,7 +104,7 @@ func (n *node) scoredContainers() ([]scoredCtr, error) {
 	}
 	list, err := c.Containers(ctx)
 	if err != nil {
-		return nil, err
+		return nil, capacity, err
 	}
 	var out []scoredCtr
 	for _, ctr := range list {
@@ -124,18 +116,14 @@ func (n *node) scoredContainers() ([]scoredCtr, error) {
 		if err != nil || st.Spec == nil || st.Spec.Process == nil || st.Spec.Process.OOMScoreAdj == nil || st.Spec.Linux == nil {
 			continue
 		}
-		out = append(out, scoreOf(pol, pod, ctr, st, n.capacity()))
+		out = append(out, scoreOf(pol, pod, ctr, st, node))
 	}
-	return out, nil
+	return out, capacity, nil
 }
 
 // scoreOf scores one container as the plugin's policy reads its inputs.
 func scoreOf(pol *policy.Policy, pod *cri.Sandbox, ctr cri.Container, st cri.Status, capacity score.Input) scoredCtr {
 	lin := st.Spec.Linux
-	ann := map[string]string{}
-	for k, v := range pod.Annotations {
-		ann[k] = v
-	}
 	var limit *int64
 	var unified map[string]string
 	if r := lin.Resources; r != nil {
@@ -146,7 +134,7 @@ func scoreOf(pol *policy.Policy, pod *cri.Sandbox, ctr cri.Container, st cri.Sta
 	}
 	now := *st.Spec.Process.OOMScoreAdj
 	f := policy.Facts{QoS: policy.InferQoS(lin.CgroupsPath, &now), OOMScoreAdj: &now,
-		Inputs: facts.Inputs(lin.Resources != nil, limit, unified, ann, ctr.Name)}
+		Inputs: facts.Inputs(lin.Resources != nil, limit, unified, pod.Annotations, ctr.Name)}
 	f.Inputs.Capacity = capacity
 	in := pol.Inputs(&f)
 	s := scoredCtr{name: pod.Namespace + "/" + pod.Name + "/" + ctr.Name, now: now, request: in.Request, limit: in.Limit}

@@ -22,7 +22,6 @@ import (
 	"github.com/oomguard/oomguard/internal/logging"
 	"github.com/oomguard/oomguard/internal/policy"
 	"github.com/oomguard/oomguard/internal/safeio"
-	"github.com/oomguard/oomguard/internal/score"
 	"github.com/oomguard/oomguard/internal/version"
 )
 
@@ -132,9 +131,7 @@ func (h *Hook) Run(stdin io.Reader, stderr io.Writer) int {
 		log.Warn("ignoring malformed annotation", "err", w)
 	}
 	if pol.Formulas() {
-		if mi, err := kernel.ReadMeminfo(o.Root); err == nil {
-			f.Inputs.Capacity = score.Input{Value: mi.TotalKB << 10, From: score.FromMeminfo}
-		}
+		f.Inputs.Capacity = facts.Capacity(kernel.ReadMeminfo(o.Root))
 	}
 	dec := pol.Decide(&f)
 	for _, r := range dec.Rejected {

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/oomguard/oomguard/test/runcbundle"
 )
 
 // The plugin binary keeps a runc container on this host at its rule's
@@ -32,19 +30,7 @@ func TestE2ESecondWriterLeftAlone(t *testing.T) {
 	os.WriteFile(cfg, bytes.Replace(shipped, []byte(`verify_interval = "60s"`), []byte(`verify_interval = "1s"`), 1), 0o644)
 	rt, log := pluginOnRuntime(t, cfg)
 
-	b, err := runcbundle.New(filepath.Join(t.TempDir(), "nri"), "/sbin/init")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddFile("/sbin/init", []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	score := 500
-	b.Spec.Process.OOMScoreAdj = &score
-	b.SetQoS("burstable")
-	if err := b.Save(); err != nil {
-		t.Fatal(err)
-	}
+	b := initBundle(t, "#!/bin/sh\nexec sleep 60\n")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)

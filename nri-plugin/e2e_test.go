@@ -23,21 +23,7 @@ import (
 // the rule's score from inside, and the plugin claimed nothing at creation.
 func TestE2ESetUpBeforeRuncStarts(t *testing.T) {
 	rt, log := pluginOnRuntime(t, shippedConfig)
-	b, err := runcbundle.New(filepath.Join(t.TempDir(), "nri"), "/sbin/init")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := "#!/bin/sh\necho self=$(cat /proc/self/oom_score_adj)\nsh -c 'echo child=$(cat /proc/self/oom_score_adj)'\n"
-	if err := b.AddFile("/sbin/init", []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// kubelet's Burstable score: this host lacks CAP_SYS_RESOURCE for -997.
-	score := 500
-	b.Spec.Process.OOMScoreAdj = &score
-	b.SetQoS("burstable")
-	if err := b.Save(); err != nil {
-		t.Fatal(err)
-	}
+	b := initBundle(t, "#!/bin/sh\necho self=$(cat /proc/self/oom_score_adj)\nsh -c 'echo child=$(cat /proc/self/oom_score_adj)'\n")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -79,4 +65,24 @@ func pluginOnRuntime(t *testing.T, config string) (*nriruntime.Runtime, *syncbuf
 	}
 	t.Cleanup(func() { plugin.Process.Kill(); plugin.Wait() })
 	return rt, log
+}
+
+// initBundle is a runc bundle whose /sbin/init is script, at kubelet's
+// Burstable score 500 (this host lacks CAP_SYS_RESOURCE for -997).
+func initBundle(t *testing.T, script string) *runcbundle.Bundle {
+	t.Helper()
+	b, err := runcbundle.New(filepath.Join(t.TempDir(), "nri"), "/sbin/init")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddFile("/sbin/init", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	score := 500
+	b.Spec.Process.OOMScoreAdj = &score
+	b.SetQoS("burstable")
+	if err := b.Save(); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -139,9 +139,7 @@ func New(o Options) *Plugin {
 		kmsg: oomkills.OpenKmsg, events: o.Events, scored: newScored(), synced: make(chan struct{}), reconcileKick: make(chan struct{}, 1)}
 	p.execs = p.openExecs
 	p.kills = p.newKills()
-	if mi, err := kernel.ReadMeminfo(o.Root); err == nil {
-		p.capacity = score.Input{Value: mi.TotalKB << 10, From: score.FromMeminfo}
-	}
+	p.capacity = facts.Capacity(kernel.ReadMeminfo(o.Root))
 	cfg, cfgErr := o.Config, o.ConfigErr
 	strict := false
 	if le := (*config.LoadError)(nil); errors.As(cfgErr, &le) {

@@ -43,10 +43,6 @@ import (
 // one digest. The burst of pods through the API server with the webhook
 // against without is noted.
 func TestE2EWebhook(t *testing.T) {
-	repo, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
@@ -231,21 +227,17 @@ func TestE2EWebhook(t *testing.T) {
 
 	// The chart's webhook, as the API server validates it (it has no node to
 	// run it), guarded: the client CA, the NetworkPolicy.
-	helm := testbin.ComponentFor(t, "helm", "helm")
-	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
+	rendered := testbin.Chart(t, "kube-system",
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+reg.Host+"/base/*}", "--set", "imagepatchWebhook.registryCredentialsSecret=regcred",
 		"--set", "imagepatchWebhook.clientCA.configMap=apiserver-client-ca", "--set", "imagepatchWebhook.clientCA.names={kube-apiserver}",
 		"--set", "imagepatchWebhook.networkPolicy.enabled=true", "--set", "imagepatchWebhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}",
 		"--set", "imagepatchWebhook.networkPolicy.nodeCIDRs={10.1.0.0/16}",
-		"--show-only", "templates/imagepatch-webhook.yaml", "--show-only", "templates/imagepatch-webhook-networkpolicy.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
+		"--show-only", "templates/imagepatch-webhook.yaml", "--show-only", "templates/imagepatch-webhook-networkpolicy.yaml")
 	if !strings.Contains(string(rendered), "\nkind: NetworkPolicy\n") {
 		t.Fatalf("no NetworkPolicy rendered:\n%s", rendered)
 	}
 	kubectl(string(rendered), "apply", "--dry-run=server", "--validate=strict", "-f", "-")
-	certManagerObjects(t, kubectl, helm, repo, reg.Host)
+	certManagerObjects(t, kubectl, reg.Host)
 
 	// The webhook down: pods are created unchanged.
 	webhook.Stop()
@@ -255,7 +247,7 @@ func TestE2EWebhook(t *testing.T) {
 	}
 	kubectl("", "delete", "mutatingwebhookconfiguration", "oomguard-imagepatch")
 
-	selfSigned(ctx, t, cp, helm, repo, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
+	selfSigned(ctx, t, cp, bin, reg.Host, podSpec("ca", ref("ubuntu:20.04"), ""), podImage)
 }
 
 // selfSigned: the webhook's own CA, as the chart deploys it (its RBAC,
@@ -264,15 +256,11 @@ func TestE2EWebhook(t *testing.T) {
 // through the API server; the serving certificate is renewed in the last
 // third of its life and the API server goes on trusting it; deleting the
 // configuration (helm uninstall) takes the Secret.
-func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, helm, repo, bin, registry, pod, want string) {
+func selfSigned(ctx context.Context, t *testing.T, cp *controlplane.Cluster, bin, registry, pod, want string) {
 	const cfgName, ns, secret = "oomguard-imagepatch-webhook", "oomguard", "oomguard-imagepatch-webhook-tls"
 	kubectl := cp.KubectlFor(ctx, t)
-	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", ns,
-		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}",
-		"--show-only", "templates/imagepatch-webhook.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
+	rendered := testbin.Chart(t, ns, "--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}",
+		"--show-only", "templates/imagepatch-webhook.yaml")
 	var rbac []string
 	for _, doc := range strings.Split(string(rendered), "\n---") {
 		for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"} {
@@ -424,7 +412,7 @@ const certManagerVersion = "v1.21.2"
 // are not run), strictly; the Certificate names the Service and writes the
 // Secret the Deployment mounts, and the webhook configuration asks
 // cainjector for that Certificate's CA.
-func certManagerObjects(t *testing.T, kubectl func(string, ...string) string, helm, repo, registry string) {
+func certManagerObjects(t *testing.T, kubectl func(string, ...string) string, registry string) {
 	t.Helper()
 	dl := exec.Command("go", "mod", "download", "-json", "github.com/cert-manager/cert-manager@"+certManagerVersion)
 	dl.Dir = t.TempDir()
@@ -451,12 +439,9 @@ func certManagerObjects(t *testing.T, kubectl func(string, ...string) string, he
 			t.Fatal("cert-manager's CRDs not served")
 		}
 	}
-	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
+	rendered := testbin.Chart(t, "kube-system",
 		"--set", "imagepatchWebhook.enabled=true", "--set", "imagepatchWebhook.images={"+registry+"/base/*}", "--set", "imagepatchWebhook.tls.certManager=true",
-		"--api-versions", "cert-manager.io/v1/Issuer", "--api-versions", "cert-manager.io/v1/Certificate", "--show-only", "templates/imagepatch-webhook.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
+		"--api-versions", "cert-manager.io/v1/Issuer", "--api-versions", "cert-manager.io/v1/Certificate", "--show-only", "templates/imagepatch-webhook.yaml")
 	kubectl(string(rendered), "apply", "--dry-run=server", "--validate=strict", "-f", "-")
 	const name = "oomguard-imagepatch-webhook"
 	for _, want := range []string{"secretName: " + name + "-tls", "dnsNames: [" + name + ".kube-system.svc,", "cert-manager.io/inject-ca-from: kube-system/" + name,

@@ -219,6 +219,15 @@ func FromOCI(root string, st *specs.State, sp *Spec) (policy.Facts, []error) {
 	return f, warnings
 }
 
+// Capacity is the node's memory as kubelet takes it (cAdvisor's
+// MemTotal), from ReadMeminfo's answer: unknown when it could not tell.
+func Capacity(m kernel.Meminfo, err error) score.Input {
+	if err != nil || m.TotalKB <= 0 {
+		return score.Input{}
+	}
+	return score.Input{Value: m.TotalKB << 10, From: score.FromMeminfo}
+}
+
 // Inputs are the score formulas' inputs a runtime's spec holds: the
 // memory limit (none when the spec has resources without one), the
 // request where kubelet's Memory QoS wrote it (memory.min, or memory.low

@@ -80,7 +80,6 @@ type Policy struct {
 	ann     config.Annotations
 	trusted []glob.Pattern
 	scores  config.Scores
-	bands   []score.Band
 	// capacity is scores.capacity in bytes, 0 for the node's own.
 	capacity int64
 }
@@ -95,7 +94,7 @@ type rule struct {
 // key or the rule.
 func New(c *config.Config) (*Policy, error) {
 	var errs []error
-	p := &Policy{ann: c.Annotations, scores: c.Scores, bands: c.Scores.ScoreBands()}
+	p := &Policy{ann: c.Annotations, scores: c.Scores}
 	capacity, err := c.Scores.CapacityBytes()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("scores.capacity %w", err))
@@ -160,15 +159,22 @@ func (p *Policy) Formulas() bool {
 	return false
 }
 
+// Capacity is the node memory the formulas divide by: scores.capacity,
+// else the node's own.
+func (p *Policy) Capacity(node score.Input) score.Input {
+	if p.capacity > 0 {
+		return score.Input{Value: p.capacity, From: score.FromConfig}
+	}
+	return node
+}
+
 // Inputs are f's inputs as the policy reads them: the configuration's
 // capacity over the node's, and the admission annotation's values only
 // where scores.admission_inputs trusts them.
 func (p *Policy) Inputs(f *Facts) score.Inputs {
 	in := f.Inputs
 	in.QoS = f.QoS
-	if p.capacity > 0 {
-		in.Capacity = score.Input{Value: p.capacity, From: score.FromConfig}
-	}
+	in.Capacity = p.Capacity(in.Capacity)
 	if !p.scores.AdmissionInputs || contradicted(f) {
 		if in.Request.From == score.FromAdmission {
 			in.Request = score.Input{}
@@ -200,7 +206,7 @@ func contradicted(f *Facts) bool {
 // where an input is missing, saying which.
 func (p *Policy) compute(f *Facts, formula string, d *Decision) {
 	in := p.Inputs(f)
-	v, err := score.Compute(formula, in, p.bands)
+	v, err := score.Compute(formula, in, p.scores.Bands)
 	if err != nil {
 		d.Missing = "formula"
 		if m := (*score.Missing)(nil); errors.As(err, &m) {

@@ -93,10 +93,12 @@ type Inputs struct {
 
 // Band maps a range of priorities (inclusive) to a range of scores; a
 // container of a Burstable pod in it gets the place in the band the
-// logarithmic formula gives it.
+// logarithmic formula gives it. The configuration's [[scores.band]].
 type Band struct {
-	MinPriority, MaxPriority int64
-	MinScore, MaxScore       int
+	MinPriority int64 `toml:"min_priority"`
+	MaxPriority int64 `toml:"max_priority"`
+	MinScore    int   `toml:"min_oom_score_adj"`
+	MaxScore    int   `toml:"max_oom_score_adj"`
 }
 
 // Missing is an input a formula needs and has not.

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,21 +27,11 @@ const key = "required-plugins.noderesource.dev"
 func TestE2EFailClosedAdmission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	repo, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := testbin.ComponentFor(t, "helm", "helm")
 	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
 	kubectl := cp.KubectlFor(ctx, t)
 	// As helm install finds it on Kubernetes 1.36 and later.
-	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
-		"--set", "failClosed.enabled=true", "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-		"--show-only", "templates/fail-closed.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
-	kubectl(string(rendered), "apply", "-f", "-")
+	kubectl(testbin.Chart(t, "kube-system", "--set", "failClosed.enabled=true", "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+		"--show-only", "templates/fail-closed.yaml"), "apply", "-f", "-")
 	// A pod created before its namespace fails closed: no annotation.
 	kubectl("", "create", "namespace", "later")
 	kubectl(podJSON("later", "before", nil), "create", "-f", "-")

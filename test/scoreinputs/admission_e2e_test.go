@@ -5,8 +5,6 @@ package scoreinputs
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,24 +23,14 @@ const key = score.AnnotationInputs
 func TestE2EScoreInputsAdmission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	repo, err := testbin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := testbin.ComponentFor(t, "helm", "helm")
 	cp := controlplane.ForTest(ctx, t, controlplane.Options{})
 	kubectl := cp.KubectlFor(ctx, t)
-	rendered, err := exec.Command(helm, "template", "oomguard", filepath.Join(repo, "deploy", "helm", "oomguard"), "--namespace", "kube-system",
-		"--set", "scores.admissionInputs=true", "--set-string", "config=[scores]\nadmission_inputs = true\n",
-		"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-		"--show-only", "templates/score-inputs.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
+	rendered := testbin.Chart(t, "kube-system", "--set", "scores.admissionInputs=true", "--set-string", "config=[scores]\nadmission_inputs = true\n",
+		"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "--show-only", "templates/score-inputs.yaml")
 	kubectl("", "create", "namespace", "gpu")
 	// A pod from before the policies: no annotation.
 	kubectl(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"before","namespace":"gpu"},"spec":{"containers":[{"name":"main","image":"registry.example/app:1"}]}}`, "create", "-f", "-")
-	kubectl(string(rendered), "apply", "-f", "-")
+	kubectl(rendered, "apply", "-f", "-")
 	kubectl(`{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"platform"},"value":1000000}`, "create", "-f", "-")
 
 	admit := func(pod string) (map[string]string, error) { return cp.Admitted(ctx, pod) }

@@ -112,3 +112,24 @@ func ComponentFor(t testing.TB, name, bin string) string {
 	}
 	return p
 }
+
+// Chart is the repository's chart rendered by the real helm (`helm template`
+// of release oomguard in namespace, with args), for a test, which fails
+// when helm does.
+func Chart(t testing.TB, namespace string, args ...string) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := ComponentFor(t, "helm", "helm")
+	out, err := exec.Command(helm, append([]string{"template", "oomguard", filepath.Join(root, "deploy", "helm", "oomguard"), "--namespace", namespace}, args...)...).Output()
+	if err != nil {
+		msg := err.Error()
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg += ": " + string(ee.Stderr)
+		}
+		t.Fatalf("helm template %v: %s", args, msg)
+	}
+	return string(out)
+}

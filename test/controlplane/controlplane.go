@@ -342,6 +342,21 @@ func (c *Cluster) Admitted(ctx context.Context, manifest string) (map[string]str
 	return got.Metadata.Annotations, nil
 }
 
+// AwaitMutation waits, a minute at most, until the API server has read a
+// mutating policy: manifest admitted carries the annotation key.
+func (c *Cluster) AwaitMutation(ctx context.Context, t testing.TB, manifest, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		a, err := c.Admitted(ctx, manifest)
+		if err == nil && a[key] != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no annotation %s added after a minute: %v %v\n%s", key, a, err, c.Logs(20))
+		}
+	}
+}
+
 // KubectlFor is Kubectl for a test: stdin "" for none, the output trimmed;
 // a failure ends the test, with the end of the control plane's logs.
 func (c *Cluster) KubectlFor(ctx context.Context, t testing.TB) func(stdin string, args ...string) string {

@@ -43,15 +43,7 @@ func TestE2EFailClosedAdmission(t *testing.T) {
 		return cp.Admitted(ctx, podJSON(ns, "p", annotations))
 	}
 	// The policies are in force once the API server has read them.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		a, err := admit("guarded", nil)
-		if err == nil && a[key] != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no annotation added after a minute: %v %v\n%s", a, err, cp.Logs(20))
-		}
-	}
+	cp.AwaitMutation(ctx, t, podJSON("guarded", "p", nil), key)
 
 	for _, tc := range []struct {
 		name        string

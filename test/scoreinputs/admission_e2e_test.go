@@ -35,15 +35,7 @@ func TestE2EScoreInputsAdmission(t *testing.T) {
 
 	admit := func(pod string) (map[string]string, error) { return cp.Admitted(ctx, pod) }
 	plain := podJSON("p", "", nil, container("main", "500Mi", "1Gi"))
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		a, err := admit(plain)
-		if err == nil && a[key] != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no annotation added after a minute: %v %v\n%s", a, err, cp.Logs(20))
-		}
-	}
+	cp.AwaitMutation(ctx, t, plain, key)
 	for _, tc := range []struct {
 		name string
 		pod  string
